@@ -1,0 +1,1 @@
+"""Backends: each turns an LLIR plan into something that runs (reference = numpy, cuda = GPU)."""

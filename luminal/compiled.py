@@ -1,0 +1,145 @@
+"""CompiledModel: the object `Graph.compile` returns. Checks inputs, infers dims, runs the plan."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from luminal.dtype import DType
+from luminal.errors import BackendError, InputError
+from luminal.graph import Graph
+from luminal.shape.expr import Expression
+
+log = logging.getLogger(__name__)
+
+
+class CompiledModel:
+    """A graph compiled for one backend. `run(inputs, dims=None)` -> {output name: np.ndarray}."""
+
+    def __init__(self, graph: Graph, executor: Any, backend: str, stats: dict):
+        self.backend = backend
+        self.stats = stats
+        self._executor = executor
+        self._inputs = {n: (graph.input_shapes[n], graph.nodes[i].dtype) for n, i in graph.inputs.items()}
+        self._outputs = {n: (graph.output_shapes[n], graph.nodes[i].dtype) for n, i in graph.outputs.items()}
+        self._persistent_names = frozenset(graph.persistent)
+        self._bound: dict[str, np.ndarray] = {}
+        self._dims = graph.dims()
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._outputs)
+
+    def run(self, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+        """Run once. Persistent inputs given once stay bound; dims are inferred from input shapes."""
+        feed = self._check_inputs(inputs)
+        env = self._infer_dims(feed, dims or {})
+        t0 = time.perf_counter()
+        outs = self._executor.run(feed, env)
+        self.stats["time_last_run_s"] = time.perf_counter() - t0
+        result = {}
+        for name, (shape, dt) in self._outputs.items():
+            concrete = tuple(int(d.evaluate(env)) for d in shape)
+            result[name] = np.asarray(outs[name]).reshape(concrete).astype(dt.np, copy=False)
+        return result
+
+    __call__ = run
+
+    # -- input checking ---------------------------------------------------------------------------
+    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"run() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
+        extra = set(inputs) - set(self._inputs)
+        if extra:
+            raise InputError(f"unknown inputs {sorted(extra)}; this model's inputs are {sorted(self._inputs)}")
+        feed: dict[str, np.ndarray] = {}
+        for name, (shape, dt) in self._inputs.items():
+            if name in inputs:
+                arr = inputs[name]
+                if not isinstance(arr, np.ndarray):
+                    raise InputError(f"input {name!r}: expected a numpy array of {dt}, got {type(arr).__name__}")
+                if arr.dtype != dt.np:
+                    raise InputError(
+                        f"input {name!r}: dtype {arr.dtype} but the graph declares {dt} "
+                        f"(convert with arr.astype({dt.np.name!r}) or declare the input with dtype={dt.value!r})"
+                    )
+                if arr.ndim != len(shape):
+                    raise InputError(f"input {name!r}: rank {arr.ndim} array for declared shape {list(shape)}")
+                feed[name] = arr
+                if name in self._persistent_names:
+                    self._bound[name] = arr
+            elif name in self._bound:
+                feed[name] = self._bound[name]
+            else:
+                hint = " (it is persistent: pass it once, it stays bound)" if name in self._persistent_names else ""
+                raise InputError(f"missing input {name!r} of shape {list(shape)} and dtype {dt}{hint}")
+        return feed
+
+    def _infer_dims(self, feed: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> dict[str, int]:
+        env: dict[str, int] = {}
+        for k, v in dims.items():
+            if not isinstance(v, (int, np.integer)) or v < 0:
+                raise InputError(f"dims[{k!r}] = {v!r}: dims must be non-negative ints")
+            env[k] = int(v)
+        for name, arr in feed.items():
+            for ax, (d, n) in enumerate(zip(self._inputs[name][0], arr.shape, strict=True)):
+                if d.op == "var":
+                    prev = env.setdefault(d.args[0], int(n))
+                    if prev != n:
+                        raise InputError(
+                            f"input {name!r} axis {ax}: size {n} but dim '{d.args[0]}' is already {prev} "
+                            f"(from another input or dims=)"
+                        )
+        for name, arr in feed.items():
+            shape = self._inputs[name][0]
+            want = tuple(_eval(d, env, name) for d in shape)
+            if want != arr.shape:
+                raise InputError(f"input {name!r}: shape {arr.shape} but the graph expects {list(shape)} = {want}")
+        missing = sorted(self._dims - set(env))
+        if missing:
+            raise InputError(f"dims {missing} are not determined by any input shape; pass dims={{'{missing[0]}': n}}")
+        return env
+
+
+def _eval(d: Expression, env: Mapping[str, int], name: str) -> int:
+    try:
+        return int(d.evaluate(env))
+    except InputError as e:
+        raise InputError(f"input {name!r}: {e}") from None
+
+
+def compile_graph(graph: Graph, backend: str = "auto", **options) -> CompiledModel:
+    """Compile `graph` for `backend` ("reference" | "cuda" | "auto")."""
+    if not graph.outputs:
+        raise InputError("the graph has no outputs: mark at least one tensor with .output(name)")
+    if backend == "auto":
+        backend = "cuda" if _cuda_usable() else "reference"
+    if backend == "reference":
+        from luminal.backends.reference import ReferenceExecutor
+
+        t0 = time.perf_counter()
+        ex = ReferenceExecutor(graph.nodes, graph.outputs)
+        stats = {"hlir_nodes": len(graph.nodes), "llir_nodes": len(graph.nodes), "cache_hit": False,
+                 "time_total_s": time.perf_counter() - t0}  # fmt: skip
+        return CompiledModel(graph, ex, "reference", stats)
+    if backend == "cuda":
+        raise BackendError("the cuda backend is not available in this build yet; use backend='reference'")
+    raise BackendError(f"unknown backend {backend!r}: use 'reference', 'cuda' or 'auto'")
+
+
+def _cuda_usable() -> bool:
+    try:
+        from luminal.backends.cuda.driver import device_available
+    except ImportError:
+        return False
+    return device_available()
+
+

@@ -1,0 +1,1 @@
+"""GraphTensor ops by family; every op is a composition of the HLIR primitives."""

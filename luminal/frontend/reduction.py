@@ -1,0 +1,200 @@
+"""Reductions (one SumReduce/MaxReduce per axis) and what is built from them: mean, var, softmax,
+norms, argmax, cumsum and topk."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from luminal.dtype import DType
+from luminal.errors import DTypeError, ShapeError
+from luminal.frontend.movement import expand, flat_strides, norm_axis, scatter_flat, unflatten_index, unsqueeze
+from luminal.hlir import Gather, MaxReduce, SumReduce
+from luminal.shape.expr import ZERO, Expression, ge, lt, prod, z
+
+if TYPE_CHECKING:
+    from luminal.tensor import GraphTensor
+
+Axis = int | Sequence[int] | None
+
+
+def _axes(t: GraphTensor, axis: Axis, op: str) -> list[int]:
+    if axis is None:
+        return list(range(t.ndim))
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    out = sorted({norm_axis(t, a, op=op) for a in axes})
+    if len(out) != len(axes):
+        raise ShapeError(f"{op}: repeated axis in {axis}")
+    return out
+
+
+def _reduce(cls, t: GraphTensor, axis: Axis, keepdim: bool, op: str) -> GraphTensor:
+    axes = _axes(t, axis, op)
+    for a in reversed(axes):
+        v = t.view
+        shape = v.dims[:a] + v.dims[a + 1 :]
+        strides = v.strides[:a] + v.strides[a + 1 :]
+        t = t.graph.node(cls(shape, v.dims[a], strides, v.strides[a]), [t], shape)
+    if keepdim:
+        for a in axes:
+            t = unsqueeze(t, a)
+    return t
+
+
+def _numeric(t: GraphTensor) -> GraphTensor:
+    return t.cast(DType.i32) if t.dtype == DType.bool else t
+
+
+def sum(t, axis: Axis = None, keepdim: bool = False):
+    return _reduce(SumReduce, _numeric(t), axis, keepdim, "sum")
+
+
+def max(t, axis: Axis = None, keepdim: bool = False):
+    if t.dtype == DType.bool:
+        return _reduce(MaxReduce, t.cast(DType.u8), axis, keepdim, "max").cast(DType.bool)
+    return _reduce(MaxReduce, t, axis, keepdim, "max")
+
+
+def _flip(t: GraphTensor) -> GraphTensor:
+    """An order-reversing map: -x for floats, ~x (= all-ones - x, wrapping) for ints."""
+    if t.dtype.is_float:
+        return -t
+    return (255 if t.dtype == DType.u8 else -1) - t
+
+
+def min(t, axis: Axis = None, keepdim: bool = False):
+    if t.dtype == DType.bool:
+        return max(~t, axis, keepdim).__invert__()
+    return _flip(max(_flip(t), axis, keepdim))
+
+
+def _count(t: GraphTensor, axis: Axis) -> Expression:
+    return prod(t.shape[a] for a in _axes(t, axis, "mean"))
+
+
+def _float(t: GraphTensor, op: str) -> None:
+    if not t.dtype.is_float:
+        raise DTypeError(f"{op} of a {t.dtype} tensor: cast to a float dtype first")
+
+
+def _dim_scalar(t: GraphTensor, n: Expression) -> GraphTensor:
+    """The (possibly symbolic) count n as a scalar tensor of t's float dtype."""
+    if n.is_num:
+        return t.graph.constant(float(n.value), t.dtype)
+    return t.graph.iota(n, ()).cast(t.dtype)
+
+
+def mean(t, axis: Axis = None, keepdim: bool = False):
+    _float(t, "mean")
+    return sum(t, axis, keepdim) / _dim_scalar(t, _count(t, axis))
+
+
+def var(t, axis: Axis = None, keepdim: bool = False, correction: int = 0):
+    _float(t, "var")
+    d = t - mean(t, axis, keepdim=True)
+    return sum(d * d, axis, keepdim) / _dim_scalar(t, _count(t, axis) - correction)
+
+
+def std(t, axis: Axis = None, keepdim: bool = False, correction: int = 0):
+    return var(t, axis, keepdim, correction).sqrt()
+
+
+def prod_(t, axis: Axis = None, keepdim: bool = False):
+    """Product: exp of the sum of log|x|, the sign from the count of negatives, 0 if any zero."""
+    x = t if t.dtype.is_float else t.cast(DType.f64)
+    mag = sum(x.abs().log2(), axis, keepdim).exp2()
+    negs = sum((x < 0).cast(DType.i32), axis, keepdim)
+    sign = 1 - (negs % 2).cast(x.dtype) * 2
+    out = mag * sign
+    return out if t.dtype.is_float else out.cast(t.dtype)
+
+
+def argmax(t, axis: int = -1, keepdim: bool = False):
+    """i32 index of the first maximum along `axis`."""
+    a = norm_axis(t, axis, op="argmax")
+    n = t.shape[a]
+    m = max(t, a, keepdim=True)
+    hit = t.eq(expand(m, *t.shape)).cast(DType.i32)
+    rev = t.graph.iota(n - 1 - z, (n,))  # n-1-j: the first hit has the largest value
+    shape = [1] * t.ndim
+    shape[a] = n
+    rev = rev.reshape(*shape)
+    best = max(hit * rev, a, keepdim)
+    return (n.value - 1 if n.is_num else t.graph.iota(n - 1, ())) - best
+
+
+def argmin(t, axis: int = -1, keepdim: bool = False):
+    return argmax(_flip(t), axis, keepdim)
+
+
+def softmax(t, axis: int = -1):
+    _float(t, "softmax")
+    e = (t - max(t, axis, keepdim=True)).exp()
+    return e / sum(e, axis, keepdim=True)
+
+
+def log_softmax(t, axis: int = -1):
+    _float(t, "log_softmax")
+    s = t - max(t, axis, keepdim=True)
+    return s - sum(s.exp(), axis, keepdim=True).log()
+
+
+def layer_norm(t, axis: Axis = -1, eps: float = 1e-5):
+    _float(t, "layer_norm")
+    d = t - mean(t, axis, keepdim=True)
+    return d * (mean(d * d, axis, keepdim=True) + eps).rsqrt()
+
+
+def rms_norm(t, axis: Axis = -1, eps: float = 1e-6):
+    _float(t, "rms_norm")
+    return t * (mean(t * t, axis, keepdim=True) + eps).rsqrt()
+
+
+def cumsum(t, axis: int = -1):
+    """Inclusive prefix sum: sum_j x[j] * [j <= i], read through a gather from x padded with one
+    zero so masked-off elements are real zeros (no 0 * inf)."""
+    a = norm_axis(t, axis, op="cumsum")
+    x = _numeric(t).transpose(a, -1) if a != t.ndim - 1 else _numeric(t)
+    n = x.shape[-1]
+    padded = x.pad([(0, 0)] * (x.ndim - 1) + [(0, 1)])  # (..., n+1), last is 0
+    dims = (*x.shape, n)  # (..., i, j)
+    idx = unflatten_index(dims)
+    i, j = idx[-2], idx[-1]
+    row = ZERO
+    for k, s in zip(idx[:-2], flat_strides(padded.shape)[:-1], strict=False):
+        row = row + k * s
+    src = row + j + ge(j, i + 1) * (n - j)  # j <= i ? j : n (the zero)
+    g = t.graph
+    index = g.iota(src, dims)
+    pv = padded.view
+    tri = g.node(Gather(index.view.dims, index.view.strides, pv.dims, pv.strides), [index, padded], dims)
+    out = sum(tri, -1)
+    return out.transpose(a, -1) if a != t.ndim - 1 else out
+
+
+def topk(t, k: int, axis: int = -1):
+    """(values, indices) of the k largest along `axis`, descending; ties -> lower index first."""
+    a = norm_axis(t, axis, op="topk")
+    x = t.transpose(a, -1) if a != t.ndim - 1 else t
+    n = x.shape[-1]
+    if not n.is_num or not 0 <= k <= n.value:
+        raise ShapeError(f"topk: k={k} must be within the (concrete) size {n} of axis {a}")
+    xi = unsqueeze(x, -1)  # (..., i, 1)
+    xj = unsqueeze(x, -2)  # (..., 1, j)
+    g = t.graph
+    dims = (*x.shape, n)
+    ij = unflatten_index(dims)
+    before = g.iota(lt(ij[-1], ij[-2]), dims).cast(DType.bool)  # j < i
+    beats = (xj > xi) | (xj.eq(xi) & before)
+    rank = sum(beats.cast(DType.i32), -1)  # (..., i): position of element i in sorted order
+    row_base = g.iota((z // n) * n, x.shape)
+    order = scatter_flat(g.zeros(x.shape, DType.i32), row_base + rank, g.iota(z % n, x.shape))
+    idx = order[..., :k]
+    vals = x.take_along_axis(idx, -1)
+    if a != t.ndim - 1:
+        vals, idx = vals.transpose(a, -1), idx.transpose(a, -1)
+    return vals, idx
+
+
+prod = prod_

@@ -1,0 +1,130 @@
+"""Unary ops: the five unary primitives and everything composed from them (exp, tanh, gelu...)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from luminal.dtype import DType, to_dtype
+from luminal.errors import DTypeError
+from luminal.hlir import Cast, Exp2, Log2, Recip, Sin, Sqrt
+from luminal.shape.tracker import ShapeTracker
+
+if TYPE_CHECKING:
+    from luminal.tensor import GraphTensor
+
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+
+
+def _unary(cls, t: GraphTensor, name: str) -> GraphTensor:
+    if not t.dtype.is_float:
+        raise DTypeError(f"{name} of a {t.dtype} tensor: cast to a float dtype first, e.g. x.cast(lm.f32).{name}()")
+    return t.graph.node(cls(t.shape, t.view.strides), [t], t.shape)
+
+
+def log2(t):
+    return _unary(Log2, t, "log2")
+
+
+def exp2(t):
+    return _unary(Exp2, t, "exp2")
+
+
+def sin(t):
+    return _unary(Sin, t, "sin")
+
+
+def sqrt(t):
+    return _unary(Sqrt, t, "sqrt")
+
+
+def reciprocal(t):
+    return _unary(Recip, t, "reciprocal")
+
+
+def exp(t):
+    return exp2(t * LOG2E)
+
+
+def log(t):
+    return log2(t) * LN2
+
+
+def cos(t):
+    return sin(t + math.pi / 2)
+
+
+def rsqrt(t):
+    return reciprocal(sqrt(t))
+
+
+def square(t):
+    return t * t
+
+
+def abs(t):
+    if not t.dtype.is_signed:
+        return t
+    return t * (1 - (t < 0).cast(t.dtype) * 2)
+
+
+def sign(t):
+    if t.dtype == DType.bool:
+        return t
+    return (t > 0).cast(t.dtype) - (t < 0).cast(t.dtype)
+
+
+def relu(t):
+    return t.maximum(0)
+
+
+def sigmoid(t):
+    return reciprocal(exp(-t) + 1)
+
+
+def silu(t):
+    return t * sigmoid(t)
+
+
+def tanh(t):
+    return sigmoid(t * 2) * 2 - 1
+
+
+def softplus(t):
+    """log(1 + e^x), computed stably as relu(x) + log(1 + e^-|x|)."""
+    return relu(t) + log(exp(-abs(t)) + 1)
+
+
+def gelu(t):
+    """Exact GELU x * Phi(x), erf by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7)."""
+    x = t * (1 / math.sqrt(2))
+    ax = abs(x)
+    k = reciprocal(ax * 0.3275911 + 1)
+    poly = ((((k * 1.061405429 - 1.453152027) * k + 1.421413741) * k - 0.284496736) * k + 0.254829592) * k
+    erf_abs = 1 - poly * exp(-(ax * ax))
+    erf = erf_abs * sign(x)
+    return t * (erf + 1) * 0.5
+
+
+def gelu_tanh(t):
+    """GELU with the tanh approximation (HF `gelu_pytorch_tanh`)."""
+    inner = (t + t * t * t * 0.044715) * math.sqrt(2 / math.pi)
+    return t * (tanh(inner) + 1) * 0.5
+
+
+def cast(t: GraphTensor, dtype) -> GraphTensor:
+    """Convert to `dtype` (numerics.md: float->int truncates and saturates). Broadcast axes are
+    kept as views, so a cast never materializes an expand."""
+    dt = to_dtype(dtype)
+    if dt == t.dtype:
+        return t
+    v = t.view
+    keep = [k for k in range(v.ndim) if not v.is_broadcast(k)]
+    dims = tuple(v.dims[k] for k in keep)
+    strides = tuple(v.strides[k] for k in keep)
+    out = t.graph.node(Cast(dims, strides, dt), [t], dims)
+    full = ShapeTracker.new(dims)
+    tr = ShapeTracker(tuple(v.dims), tuple(full.strides[keep.index(k)] if k in keep else v.strides[k]
+                                            for k in range(v.ndim)))  # fmt: skip
+    return out.with_view(tr)

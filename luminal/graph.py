@@ -1,0 +1,159 @@
+"""Graph: the HLIR DAG a user builds through GraphTensor, and the entry point to `compile`.
+
+Nodes are appended in creation order, so a node's inputs always come before it and the node list
+is a topological order. Each node holds one HLIR op, its ordered input node ids, its output dtype
+and the number of elements of its (contiguous) output buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from luminal.dtype import DType, to_dtype
+from luminal.errors import DTypeError, InputError
+from luminal.hlir import Constant, Input, Iota, Op, Output
+from luminal.shape.expr import Expression, ExprLike, dim, expr
+from luminal.shape.tracker import ShapeTracker
+
+if TYPE_CHECKING:
+    from luminal.compiled import CompiledModel
+    from luminal.tensor import GraphTensor
+
+
+@dataclass(frozen=True)
+class Node:
+    op: Op
+    inputs: tuple[int, ...]
+    dtype: DType
+    size: Expression  # elements in the output buffer (Input: its declared shape's product)
+
+
+@dataclass
+class Graph:
+    """A static tensor program. Build it with `tensor`, GraphTensor ops and `output`, then `compile`."""
+
+    nodes: list[Node] = field(default_factory=list)
+    inputs: dict[str, int] = field(default_factory=dict)  # name -> Input node
+    input_shapes: dict[str, tuple[Expression, ...]] = field(default_factory=dict)
+    outputs: dict[str, int] = field(default_factory=dict)  # name -> Output node
+    output_shapes: dict[str, tuple[Expression, ...]] = field(default_factory=dict)
+    persistent: set[str] = field(default_factory=set)
+    _consts: dict = field(default_factory=dict, repr=False)
+
+    # -- building -------------------------------------------------------------------------------
+    def add(self, op: Op, inputs: Sequence[int], dtype: DType, size: Expression) -> int:
+        self.nodes.append(Node(op, tuple(inputs), dtype, size))
+        return len(self.nodes) - 1
+
+    def node(self, op: Op, inputs: Sequence[GraphTensor], shape: Sequence[ExprLike]) -> GraphTensor:
+        """Add a compute node over `inputs` (whose views the op already baked in); contiguous result."""
+        from luminal.tensor import GraphTensor
+
+        dts = tuple(t.dtype for t in inputs)
+        tr = ShapeTracker.new(tuple(shape))
+        nid = self.add(op, [t.id for t in inputs], op.out_dtype(dts), op.out_size())
+        return GraphTensor(self, nid, tr, self.nodes[nid].dtype)
+
+    def tensor(self, name: str, shape: Sequence[ExprLike], dtype: object = DType.f32) -> GraphTensor:
+        """A named input of `shape` (ints and dim names such as 's')."""
+        from luminal.tensor import GraphTensor
+
+        if not isinstance(name, str) or not name:
+            raise InputError(f"input names must be non-empty strings, got {name!r}")
+        if name in self.inputs:
+            raise InputError(f"an input named {name!r} already exists in this graph")
+        if isinstance(shape, (int, str, Expression)):
+            shape = (shape,)
+        dims = tuple(dim(d) if isinstance(d, str) else expr(d) for d in shape)
+        dt = to_dtype(dtype)
+        tr = ShapeTracker.new(dims)
+        nid = self.add(Input(name, dt), (), dt, tr.n_elements())
+        self.inputs[name] = nid
+        self.input_shapes[name] = dims
+        return GraphTensor(self, nid, tr, dt)
+
+    def constant(self, value: float | int | bool, dtype: object = DType.f32) -> GraphTensor:
+        """A scalar constant tensor (shape ()). Floats go through an f32 Constant, ints through Iota."""
+        from luminal.tensor import GraphTensor
+
+        dt = to_dtype(dtype)
+        key = (type(value).__name__, value, dt)
+        if key in self._consts:
+            return self._consts[key]
+        if dt.is_float or not float(value).is_integer() or not -(2**31) <= value < 2**31:
+            if not dt.is_float and not float(value).is_integer():
+                raise DTypeError(f"constant {value!r} is not an integer but the dtype is {dt}")
+            hi = float(np.float32(value))
+            t = self._f32(hi)
+            if hi != float(value) and (dt == DType.f64 or not dt.is_float):  # f32 hi + f32 lo, exact to ~48 bits
+                t = t.cast(DType.f64) + self._f32(float(np.float32(float(value) - hi))).cast(DType.f64)
+        else:
+            t = self.iota(int(value), ())
+        if t.dtype != dt:
+            t = t.cast(dt)
+        self._consts[key] = t
+        return t
+
+    def _f32(self, value: float) -> GraphTensor:
+        from luminal.tensor import GraphTensor
+
+        nid = self.add(Constant(value), (), DType.f32, expr(1))
+        return GraphTensor(self, nid, ShapeTracker.new(()), DType.f32)
+
+    def iota(self, index: ExprLike, shape: Sequence[ExprLike]) -> GraphTensor:
+        """i32 tensor of `shape` whose element at flat index z is `index(z)` (an Expression in z)."""
+        from luminal.tensor import GraphTensor
+
+        tr = ShapeTracker.new(tuple(shape))
+        n = tr.n_elements()
+        nid = self.add(Iota(expr(index), n), (), DType.i32, n)
+        return GraphTensor(self, nid, tr, DType.i32)
+
+    def arange(self, n: ExprLike) -> GraphTensor:
+        """i32 [0, 1, .., n-1]."""
+        return self.iota("z", (n,))
+
+    def full(self, shape: Sequence[ExprLike], value: float, dtype: object = DType.f32) -> GraphTensor:
+        if isinstance(shape, (int, str, Expression)):
+            shape = (shape,)
+        return self.constant(value, dtype).expand(*shape)
+
+    def zeros(self, shape: Sequence[ExprLike], dtype: object = DType.f32) -> GraphTensor:
+        return self.full(shape, 0, dtype)
+
+    def ones(self, shape: Sequence[ExprLike], dtype: object = DType.f32) -> GraphTensor:
+        return self.full(shape, 1, dtype)
+
+    def mark_output(self, t: GraphTensor, name: str | None) -> GraphTensor:
+        name = name if name is not None else f"out{len(self.outputs)}"
+        if name in self.outputs:
+            raise InputError(f"an output named {name!r} already exists in this graph")
+        src = t.contiguous()
+        nid = self.add(Output(name), (src.id,), src.dtype, src.view.n_elements())
+        self.outputs[name] = nid
+        self.output_shapes[name] = src.shape
+        return src
+
+    def dims(self) -> frozenset[str]:
+        """Every dim symbol the graph's inputs and nodes use."""
+        out: set[str] = set()
+        for shp in self.input_shapes.values():
+            for d in shp:
+                out |= d.dims()
+        for n in self.nodes:
+            out |= n.size.dims()
+        return frozenset(out)
+
+    # -- compiling ------------------------------------------------------------------------------
+    def compile(self, backend: str = "auto", **options) -> CompiledModel:
+        """Compile for `backend` ("reference" | "cuda" | "auto": cuda when a GPU is usable)."""
+        from luminal.compiled import compile_graph
+
+        return compile_graph(self, backend, **options)
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.nodes)} nodes, inputs={list(self.inputs)}, outputs={list(self.outputs)})"

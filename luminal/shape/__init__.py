@@ -1,0 +1,1 @@
+"""Symbolic shapes: expressions over dim symbols and the index variable z, and view trackers."""

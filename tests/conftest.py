@@ -1,0 +1,34 @@
+"""Shared pytest set-up: hypothesis profiles (fixed seeds), the `cuda` marker auto-skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=100, derandomize=True, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)  # fmt: skip
+settings.register_profile(
+    "dev", max_examples=25, derandomize=True, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)  # fmt: skip
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _gpu_available() -> bool:
+    try:
+        from luminal.backends.cuda.driver import device_available
+    except ImportError:
+        return False
+    return device_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("cuda" in item.keywords for item in items) and not _gpu_available():
+        skip = pytest.mark.skip(reason="no usable NVIDIA GPU on this machine")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip)
