@@ -1,0 +1,7 @@
+"""`python -m luminal` runs the console script."""
+
+import sys
+
+from luminal.cli import main
+
+sys.exit(main())

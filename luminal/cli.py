@@ -1,0 +1,28 @@
+"""`luminal` console script: thin subcommands over the library (demo, run a model, viz)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="luminal", description="luminal: a pure-Python ML inference compiler")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("demo", help="run the demo (what `make demo` runs)")
+    r = sub.add_parser("run", help="run a model script: luminal run llama --model DIR --prompt ...")
+    r.add_argument("model", choices=["llama", "qwen", "gemma", "whisper"])
+    r.add_argument("rest", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.cmd == "demo":
+        from luminal.demo import main as demo
+
+        demo()
+        return 0
+    mod = importlib.import_module(f"models.{args.model}")
+    return int(mod.main(args.rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

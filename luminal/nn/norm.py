@@ -1,0 +1,36 @@
+"""RMSNorm (Llama, Qwen; Gemma's `1 + w` form) and LayerNorm, computed in f32 like Hugging Face."""
+
+from __future__ import annotations
+
+import luminal as lm
+from luminal.graph import Graph
+from luminal.nn.linear import weight
+from luminal.tensor import GraphTensor
+
+
+class RMSNorm:
+    """x / rms(x) * w (or * (1 + w) when `offset`, as Gemma stores it), over the last axis, in f32."""
+
+    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-6, offset: bool = False):
+        self.eps, self.offset = eps, offset
+        self.weight = weight(g, f"{name}.weight", (dim,))
+
+    def __call__(self, x: GraphTensor) -> GraphTensor:
+        dt = x.dtype
+        y = x.cast(lm.f32).rms_norm(-1, self.eps)
+        w = self.weight.cast(lm.f32)
+        return (y * (w + 1.0 if self.offset else w)).cast(dt)
+
+
+class LayerNorm:
+    """(x - mean) / std * gamma + beta over the last axis, in f32 (Whisper)."""
+
+    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-5):
+        self.eps = eps
+        self.weight = weight(g, f"{name}.weight", (dim,))
+        self.bias = weight(g, f"{name}.bias", (dim,))
+
+    def __call__(self, x: GraphTensor) -> GraphTensor:
+        dt = x.dtype
+        y = x.cast(lm.f32).layer_norm(-1, self.eps)
+        return (y * self.weight.cast(lm.f32) + self.bias.cast(lm.f32)).cast(dt)

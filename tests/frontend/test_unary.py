@@ -1,0 +1,110 @@
+"""Property tests of the unary ops against numpy: every dtype they are defined on, contiguous and
+transposed inputs, one compile per (op, dtype)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import luminal as lm
+from tests.helpers import FLOATS, Arg, check_op
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+# name -> (numpy reference, Arg overrides (domain), tolerance scale)
+UNARY = {
+    "exp": (np.exp, {}, 1),
+    "exp2": (np.exp2, {}, 1),
+    "log": (np.log, {"lo": 0.01, "hi": 10}, 1),
+    "log2": (np.log2, {"lo": 0.01, "hi": 10}, 1),
+    "sin": (np.sin, {"lo": -6, "hi": 6}, 1),
+    "cos": (np.cos, {"lo": -6, "hi": 6}, 2),
+    "sqrt": (np.sqrt, {"lo": 0, "hi": 10}, 1),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), {"lo": 0.05, "hi": 10}, 1),
+    "reciprocal": (np.reciprocal, {"min_abs": 0.05}, 1),
+    "square": (np.square, {}, 1),
+    "abs": (np.abs, {}, 1),
+    "sign": (np.sign, {}, 1),
+    "relu": (lambda x: np.maximum(x, 0), {}, 1),
+    "sigmoid": (_sigmoid, {"lo": -12, "hi": 12}, 1),
+    "silu": (lambda x: x * _sigmoid(x), {"lo": -12, "hi": 12}, 2),
+    "tanh": (np.tanh, {"lo": -8, "hi": 8}, 2),
+    "gelu": (lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), {"lo": -6, "hi": 6}, 3),
+    "gelu_tanh": (_gelu_tanh, {"lo": -6, "hi": 6}, 3),
+    "softplus": (lambda x: np.logaddexp(0, x), {"lo": -12, "hi": 12}, 2),
+}
+INT_UNARY = ("abs", "sign", "square", "relu")
+
+
+def _build(name):
+    def build(g, x):
+        return {"plain": getattr(x, name)(), "transposed": getattr(x.T, name)()}
+
+    return build
+
+
+def _ref(fn):
+    return lambda x: {"plain": fn(x), "transposed": fn(x.T)}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(UNARY))
+@given(data=st.data())
+def test_unary_float(name, dtype, data):
+    fn, dom, tol = UNARY[name]
+    check_op(data, name, _build(name), _ref(fn), {"x": Arg(("a", "b"), **dom)}, dtype, tol=tol)
+
+
+@pytest.mark.parametrize("name", INT_UNARY)
+@given(data=st.data())
+def test_unary_int(name, data):
+    fn = UNARY[name][0]
+    check_op(data, name, _build(name), _ref(fn), {"x": Arg(("a", "b"), lo=-1000, hi=1000)}, lm.i32)
+
+
+@given(data=st.data())
+def test_neg(data):
+    dt = data.draw(st.sampled_from((lm.f32, lm.bf16, lm.i32)), label="dtype")
+    check_op(data, "neg", lambda g, x: {"neg": -x, "neg_t": -(x.T)}, lambda x: {"neg": -x, "neg_t": -x.T},
+             {"x": Arg(("a", 1, "c"), lo=-100, hi=100)}, dt)  # fmt: skip
+
+
+@given(data=st.data())
+def test_unary_of_broadcast_view(data):
+    """A unary op reads a stride-0 view without materializing it first."""
+    check_op(data, "exp_bcast", lambda g, x: x.expand("n", "a").exp(),
+             lambda x, dims: np.broadcast_to(np.exp(x), (dims["n"], *x.shape)),
+             {"x": Arg(("a",))}, lm.f32, extra_dims=("n",))  # fmt: skip
+
+
+def test_unary_special_values():
+    """NaN and inf go through like numpy (a few exact cases of each op)."""
+    g = lm.Graph()
+    x = g.tensor("x", (7,))
+    names = ["exp", "log", "sqrt", "reciprocal", "abs", "relu", "sigmoid", "tanh", "silu", "softplus"]
+    for n in names:
+        getattr(x, n)().output(n)
+    m = g.compile("reference")
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], np.float32)
+    out = m.run({"x": v})
+    with np.errstate(all="ignore"):
+        want = {
+            "exp": np.exp(v), "log": np.log(v), "sqrt": np.sqrt(v), "reciprocal": 1 / v, "abs": np.abs(v),
+            "relu": np.where(np.isnan(v), np.nan, np.maximum(v, 0)), "sigmoid": _sigmoid(v), "tanh": np.tanh(v),
+            "silu": v * _sigmoid(v), "softplus": np.logaddexp(0, v),
+        }  # fmt: skip
+    for n in names:
+        np.testing.assert_allclose(out[n], want[n].astype(np.float32), rtol=1e-6, atol=1e-7, err_msg=n)
