@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,18 @@ log = logging.getLogger(__name__)
 class CompiledModel:
     """A graph compiled for one backend. `run(inputs, dims=None)` -> {output name: np.ndarray}."""
 
-    def __init__(self, graph: Graph, executor: Any, backend: str, stats: dict):
+    def __init__(self, graph: Graph, executor: Any, backend: str, stats: dict, plans: list | None = None):
         self.backend = backend
         self.stats = stats
+        self.plans = list(plans or [])  # the chosen LLIR graph(s), one per dim bucket
         self._executor = executor
         self._inputs = {n: (graph.input_shapes[n], graph.nodes[i].dtype) for n, i in graph.inputs.items()}
         self._outputs = {n: (graph.output_shapes[n], graph.nodes[i].dtype) for n, i in graph.outputs.items()}
         self._persistent_names = frozenset(graph.persistent)
+        if hasattr(executor, "set_persistent"):  # device backends keep these inputs resident (cuda)
+            executor.set_persistent(self._persistent_names)
+        if isinstance(getattr(executor, "stats", None), dict):  # live runtime stats (cuda: arena_bytes, ...)
+            self.stats["runtime"] = executor.stats
         self._bound: dict[str, np.ndarray] = {}
         self._dims = graph.dims()
 
@@ -52,6 +58,12 @@ class CompiledModel:
         return result
 
     __call__ = run
+
+    def viz(self, path: str | Path, bucket: int = 0) -> Path:
+        """Render the chosen plan (LLIR) of `bucket` as .html, .dot or .json (by suffix)."""
+        if not self.plans:
+            raise BackendError("this model has no LLIR plan to render")
+        return self.plans[bucket].save(path)
 
     # -- input checking ---------------------------------------------------------------------------
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -117,22 +129,24 @@ def _eval(d: Expression, env: Mapping[str, int], name: str) -> int:
 
 
 def compile_graph(graph: Graph, backend: str = "auto", **options) -> CompiledModel:
-    """Compile `graph` for `backend` ("reference" | "cuda" | "auto")."""
+    """Compile `graph` for `backend` ("reference" | "cuda" | "auto") through the e-graph pipeline.
+
+    Options (luminal.egraph.compile.CompileOptions): seed, search_budget, search_time_s,
+    population, buckets={"s": [(1, 1), (2, 4096)]}, profile_dims, cache.
+    """
+    from luminal.backends.base import get_backend
+    from luminal.egraph.compile import CompileOptions, compile_plans
+
     if not graph.outputs:
         raise InputError("the graph has no outputs: mark at least one tensor with .output(name)")
+    opts = CompileOptions.from_kwargs(options)
     if backend == "auto":
         backend = "cuda" if _cuda_usable() else "reference"
-    if backend == "reference":
-        from luminal.backends.reference import ReferenceExecutor
-
-        t0 = time.perf_counter()
-        ex = ReferenceExecutor(graph.nodes, graph.outputs)
-        stats = {"hlir_nodes": len(graph.nodes), "llir_nodes": len(graph.nodes), "cache_hit": False,
-                 "time_total_s": time.perf_counter() - t0}  # fmt: skip
-        return CompiledModel(graph, ex, "reference", stats)
-    if backend == "cuda":
-        raise BackendError("the cuda backend is not available in this build yet; use backend='reference'")
-    raise BackendError(f"unknown backend {backend!r}: use 'reference', 'cuda' or 'auto'")
+    if not isinstance(backend, str):
+        raise BackendError(f"backend must be a name ('reference', 'cuda', 'auto'), got {type(backend).__name__}")
+    be = get_backend(backend)
+    executor, plans, stats = compile_plans(graph, be, opts)
+    return CompiledModel(graph, executor, be.name, stats, plans)
 
 
 def _cuda_usable() -> bool:

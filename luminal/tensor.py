@@ -78,6 +78,7 @@ class GraphTensor:
     eq, ne = binary.eq, binary.ne
     __and__, __or__, __invert__ = binary.logical_and, binary.logical_or, binary.logical_not
     __rand__, __ror__ = binary.logical_and, binary.logical_or
+    __xor__ = __rxor__ = binary.logical_xor
     maximum, minimum, clip = binary.maximum, binary.minimum, binary.clip
     __matmul__ = matmul.matmul
     matmul = matmul.matmul

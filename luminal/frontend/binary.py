@@ -129,9 +129,22 @@ def floordiv(a, b):
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
-    d = a * b.reciprocal()
-    t = d - mod(d, 1.0)  # trunc
-    return t - lt(d, t).cast(a.dtype)  # floor
+    # numpy's divmod: (a - fmod(a, b)) / b is an integer up to rounding, so round it to nearest,
+    # then step down when the remainder and the divisor have opposite signs.
+    r = mod(a, b)
+    q = (a - r) * b.reciprocal()
+    q = _trunc(q + where_sign(q, 0.5))
+    step_down = ne(r, 0.0) & ne(lt(r, 0.0), lt(b, 0.0))
+    return q - step_down.cast(a.dtype)
+
+
+def _trunc(x: GraphTensor) -> GraphTensor:
+    return x - mod(x, 1.0)
+
+
+def where_sign(x: GraphTensor, v: float) -> GraphTensor:
+    """v with the sign of x (+v for x >= 0 and NaN, -v for x < 0)."""
+    return lt(x, 0.0).cast(x.dtype) * (-2 * v) + v
 
 
 def rfloordiv(a, b):
@@ -168,8 +181,20 @@ def logical_or(a, b):
     return add(a, b)
 
 
+def logical_xor(a, b):
+    _require_bool(a, "^")
+    return ne(a, b)
+
+
 def _not_nan(a: GraphTensor) -> GraphTensor:
     return lt(a, math.inf) | gt(a, -math.inf)
+
+
+def isnan(a: GraphTensor) -> GraphTensor:
+    """Bool mask of NaN elements (all False for non-float dtypes)."""
+    if not a.dtype.is_float:
+        return lt(a, a)
+    return ~_not_nan(a)
 
 
 def eq(a, b):
@@ -199,31 +224,27 @@ def ge(a, b):
 
 # -- maximum / minimum --------------------------------------------------------------------------
 def maximum(a, b):
-    """Elementwise max; floats order totally (a +NaN wins, like MaxReduce)."""
-    from luminal.frontend.movement import expand, scatter_flat
-
-    b = lift(a, b, "maximum")
-    a, b = broadcast(a, b, "maximum")
-    if a.dtype == DType.bool:
-        return a | b
-    g, shape = a.graph, a.shape
-    pair = a.with_view(a.view.expand_dim(a.ndim, 2))  # (*shape, 2) all a
-    idx = g.iota(z * 2 + 1, shape)
-    buf = scatter_flat(pair, idx, expand(b, *shape))  # (*shape, 2) = [a, b]
-    v = buf.view
-    return g.node(MaxReduce(shape, v.dims[-1], v.strides[:-1], v.strides[-1]), [buf], shape)
+    """Elementwise max like np.maximum: a NaN on either side (any sign bit) gives NaN."""
+    return _select_extreme(a, b, "maximum", lambda x, y: lt(x, y))
 
 
 def minimum(a, b):
-    b = lift(a, b, "minimum")
-    if a.dtype.is_float:
-        return neg(maximum(neg(a), neg(b)))
-    if a.dtype == DType.bool:
-        return a & b
+    """Elementwise min like np.minimum: a NaN on either side (any sign bit) gives NaN."""
+    return _select_extreme(a, b, "minimum", lambda x, y: lt(y, x))
+
+
+def _select_extreme(a, b, op: str, take_b) -> GraphTensor:
     from luminal.frontend.indexing import where
 
-    a, b = broadcast(a, b, "minimum")
-    return where(lt(b, a), b, a)
+    b_may_be_nan = not (_is_scalar(b) and not math.isnan(float(b)))
+    b = lift(a, b, op)
+    a, b = broadcast(a, b, op)
+    if a.dtype == DType.bool:
+        return a | b if op == "maximum" else a & b
+    pick_b = take_b(a, b)  # false when a is NaN: a (NaN) is kept
+    if a.dtype.is_float and b_may_be_nan:
+        pick_b = pick_b | isnan(b)
+    return where(pick_b, b, a)
 
 
 def clip(a, lo=None, hi=None):
@@ -242,8 +263,8 @@ def pow(a, e):
 
     if _is_scalar(e) and float(e).is_integer() and abs(float(e)) <= 16:
         n = int(e)
-        if n == 0:
-            return a * 0 + 1
+        if n == 0:  # 1 everywhere, NaN and inf included (numpy)
+            return a.graph.full(a.shape, 1, a.dtype)
         base, acc = a, None
         for bit in bin(abs(n))[2:]:
             acc = acc * acc if acc is not None else None
@@ -259,7 +280,8 @@ def pow(a, e):
     mag = (e * a.abs().log2()).exp2()
     is_int = eq(mod(e, 1.0), 0.0)
     odd = ne(mod(e, 2.0), 0.0)
-    neg_val = where(is_int, where(odd, neg(mag), mag), math.nan)
-    return where(lt(a, 0.0), neg_val, mag)
+    signed = lt(a, 0.0) | lt(a.reciprocal(), 0.0)  # negative base, -0.0 included (1/-0 = -inf)
+    out = where(signed & is_int & odd, neg(mag), where(lt(a, 0.0) & ~is_int, math.nan, mag))
+    return where(eq(e, 0.0) | eq(a, 1.0), 1.0, out)  # x ** 0 = 1 ** y = 1, NaNs included (numpy)
 
 

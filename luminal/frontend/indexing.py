@@ -23,6 +23,17 @@ def _index_tensor(idx: GraphTensor, op: str) -> GraphTensor:
     return idx if idx.dtype == DType.i32 else idx.cast(DType.i32)
 
 
+def _axis_len(t: GraphTensor, a: int):
+    """Size of axis a as an int, or as an i32 scalar tensor when symbolic."""
+    n = t.shape[a]
+    return n.value if n.is_num else _dimt(t, n)
+
+
+def _from_end(idx: GraphTensor, n) -> GraphTensor:
+    """numpy indexing: a negative index i counts from the end (i + n)."""
+    return idx + (idx < 0).cast(DType.i32) * n
+
+
 def gather_flat(data: GraphTensor, flat_idx: GraphTensor) -> GraphTensor:
     """out[i] = data.flat[flat_idx[i]]: one Gather node of flat_idx's shape."""
     i, v = flat_idx.view, data.view
@@ -39,7 +50,7 @@ def _offsets(dims: Sequence[Expression], strides: Sequence[Expression], skip: se
 
 
 def gather(t: GraphTensor, indices: GraphTensor, axis: int = 0) -> GraphTensor:
-    """np.take(t, indices, axis): indices in [0, n) select along `axis`."""
+    """np.take(t, indices, axis): indices in [-n, n) select along `axis` (negatives from the end)."""
     a = norm_axis(t, axis, op="gather")
     idx = _index_tensor(indices, "gather")
     out_dims = (*t.shape[:a], *idx.shape, *t.shape[a + 1 :])
@@ -53,7 +64,7 @@ def gather(t: GraphTensor, indices: GraphTensor, axis: int = 0) -> GraphTensor:
         v = v.expand_dim(0, 1)
     for _ in range(t.ndim - a - 1):
         v = v.expand_dim(v.ndim, 1)
-    full = expand(idx.with_view(v), *out_dims)
+    full = _from_end(expand(idx.with_view(v), *out_dims), _axis_len(t, a))
     return gather_flat(t, base + full * inner[a].value if inner[a].is_num else base + full * _dimt(t, inner[a]))
 
 
@@ -71,7 +82,7 @@ def take_along_axis(t: GraphTensor, indices: GraphTensor, axis: int = -1) -> Gra
     rest_i = tuple(d for k, d in enumerate(idx.shape) if k != a)
     shape = list(broadcast_shapes(rest_t, rest_i, op="take_along_axis"))
     out_dims = (*shape[:a], idx.shape[a], *shape[a:])
-    idx = expand(idx, *out_dims)
+    idx = _from_end(expand(idx, *out_dims), _axis_len(t, a))
     inner = flat_strides(t.shape)
     strides = [s if t.shape[k] != 1 else ZERO for k, s in enumerate(inner)]
     base = t.graph.iota(_offsets(out_dims, strides, {a}), out_dims)
@@ -81,7 +92,7 @@ def take_along_axis(t: GraphTensor, indices: GraphTensor, axis: int = -1) -> Gra
 
 def scatter(t: GraphTensor, indices: GraphTensor, src: GraphTensor, axis: int = 0) -> GraphTensor:
     """Inverse of gather: a copy of t with t[.., indices[j], ..] = src[.., j, ..]; last write wins,
-    out-of-range indices are dropped."""
+    indices in [-n, 0) count from the end, those outside [-n, n) are dropped."""
     a = norm_axis(t, axis, op="scatter")
     idx = _index_tensor(indices, "scatter")
     src = lift(t, src, "scatter")
@@ -95,10 +106,11 @@ def scatter(t: GraphTensor, indices: GraphTensor, src: GraphTensor, axis: int = 
         v = v.expand_dim(0, 1)
     for _ in range(t.ndim - a - 1):
         v = v.expand_dim(v.ndim, 1)
-    full = expand(idx.with_view(v), *out_dims)
+    n = _axis_len(t, a)
+    full = _from_end(expand(idx.with_view(v), *out_dims), n)
     step = inner[a].value if inner[a].is_num else _dimt(t, inner[a])
     # out-of-range indices must stay out of range after flattening: send them past the end
-    oob = (full < 0) | ~(full < (t.shape[a].value if t.shape[a].is_num else _dimt(t, t.shape[a])))
+    oob = (full < 0) | ~(full < n)
     inside = (~oob).cast(DType.i32)
     flat = (base + full * step) * inside + (1 - inside) * _dimt(t, t.view.n_elements())
     return scatter_flat(t, flat, expand(src, *out_dims))

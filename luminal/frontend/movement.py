@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from luminal.errors import ShapeError
 from luminal.hlir import Gather, Scatter
 from luminal.shape.expr import INF, ONE, ZERO, Expression, ExprLike, ceil_div, expr, maximum, minimum, prod, z
@@ -244,8 +246,8 @@ def _slice_bounds(s: slice, d: Expression, axis: int, shape) -> tuple[Expression
         start, stop, _ = s.indices(d.value)
         return expr(start), expr(len(range(start, stop, step))), step
     if step > 0:
-        start = maximum(minimum(bound(s.start, ZERO), d), ZERO)
-        stop = maximum(minimum(bound(s.stop, d), d), start)
+        start = ZERO if s.start is None else maximum(minimum(bound(s.start, ZERO), d), ZERO)
+        stop = d if s.stop is None else maximum(minimum(bound(s.stop, d), d), start)
         return start, ceil_div(stop - start, step) if step > 1 else stop - start, step
     if s.start is not None or s.stop is not None:
         raise ShapeError(f"negative-step slices of the symbolic axis {axis} ({d}) need start and stop left out")
@@ -264,18 +266,24 @@ def getitem(t: GraphTensor, key) -> GraphTensor:
     if Ellipsis in key:
         e = key.index(Ellipsis)
         key = key[:e] + (slice(None),) * (t.ndim - n_real) + key[e + 1 :]
+        n_real = t.ndim
     key = key + (slice(None),) * (t.ndim - n_real)
     axis, squeeze_axes, unsq, plan = 0, [], [], []
+    kept = 0  # axes of the result so far (slices and Nones; integer-indexed axes vanish)
     for k in key:
         if k is None:
-            unsq.append(len(plan) + len(unsq))
+            unsq.append(kept)
+            kept += 1
             continue
         d = t.shape[axis]
-        if isinstance(k, (int,)) and not isinstance(k, bool):
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            k = int(k)
             if d.is_num and not -d.value <= k < d.value:
                 raise ShapeError(f"index {k} is out of range for axis {axis} of shape {list(t.shape)}")
             k = slice(k, k + 1 if k != -1 else None)
             squeeze_axes.append(len(plan))
+        else:
+            kept += 1
         if not isinstance(k, slice):
             raise ShapeError(f"unsupported index {k!r}: use ints, slices, None or ...; for tensors use gather()")
         plan.append(_slice_bounds(k, d, axis, t.shape))

@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING
 
 from luminal.dtype import DType
 from luminal.errors import DTypeError, ShapeError
+from luminal.frontend.binary import isnan
+from luminal.frontend.indexing import where
 from luminal.frontend.movement import expand, flat_strides, norm_axis, scatter_flat, unflatten_index, unsqueeze
 from luminal.hlir import Gather, MaxReduce, SumReduce
-from luminal.shape.expr import ZERO, Expression, ge, lt, prod, z
+from luminal.shape.expr import ZERO, Expression, ge, lt, z
+from luminal.shape.expr import prod as expr_prod
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
@@ -51,9 +54,16 @@ def sum(t, axis: Axis = None, keepdim: bool = False):
 
 
 def max(t, axis: Axis = None, keepdim: bool = False):
+    """Largest element; like numpy, any NaN in the reduced elements gives NaN."""
     if t.dtype == DType.bool:
         return _reduce(MaxReduce, t.cast(DType.u8), axis, keepdim, "max").cast(DType.bool)
-    return _reduce(MaxReduce, t, axis, keepdim, "max")
+    m = _reduce(MaxReduce, t, axis, keepdim, "max")
+    if not t.dtype.is_float:
+        return m
+    # MaxReduce orders floats totally, so a NaN with its sign bit set (the NaN x86 arithmetic
+    # produces) would lose to every number: propagate NaNs explicitly.
+    any_nan = _reduce(MaxReduce, isnan(t).cast(DType.u8), axis, keepdim, "max").cast(DType.bool)
+    return where(any_nan, math.nan, m)
 
 
 def _flip(t: GraphTensor) -> GraphTensor:
@@ -70,7 +80,7 @@ def min(t, axis: Axis = None, keepdim: bool = False):
 
 
 def _count(t: GraphTensor, axis: Axis) -> Expression:
-    return prod(t.shape[a] for a in _axes(t, axis, "mean"))
+    return expr_prod(t.shape[a] for a in _axes(t, axis, "mean"))
 
 
 def _float(t: GraphTensor, op: str) -> None:
@@ -101,13 +111,18 @@ def std(t, axis: Axis = None, keepdim: bool = False, correction: int = 0):
 
 
 def prod_(t, axis: Axis = None, keepdim: bool = False):
-    """Product: exp of the sum of log|x|, the sign from the count of negatives, 0 if any zero."""
-    x = t if t.dtype.is_float else t.cast(DType.f64)
+    """Product: exp2 of the sum of log2|x|, the sign from the count of negatives (0 if any zero).
+    16-bit floats compute in f32 and integers in f64 (rounded to nearest: exact while the product
+    fits in 2^53; out-of-range integer products saturate instead of wrapping, docs/numerics.md)."""
+    wide = DType.f64 if not t.dtype.is_float else DType.f32 if t.dtype.bits < 32 else t.dtype
+    x = t.cast(wide)
     mag = sum(x.abs().log2(), axis, keepdim).exp2()
     negs = sum((x < 0).cast(DType.i32), axis, keepdim)
-    sign = 1 - (negs % 2).cast(x.dtype) * 2
+    sign = 1 - (negs % 2).cast(wide) * 2
     out = mag * sign
-    return out if t.dtype.is_float else out.cast(t.dtype)
+    if not t.dtype.is_float:
+        out = out + sign * 0.5  # round to nearest before the truncating cast
+    return out.cast(t.dtype)
 
 
 def argmax(t, axis: int = -1, keepdim: bool = False):
@@ -115,7 +130,10 @@ def argmax(t, axis: int = -1, keepdim: bool = False):
     a = norm_axis(t, axis, op="argmax")
     n = t.shape[a]
     m = max(t, a, keepdim=True)
-    hit = t.eq(expand(m, *t.shape)).cast(DType.i32)
+    hit = t.eq(expand(m, *t.shape))
+    if t.dtype.is_float:
+        hit = hit | isnan(t)  # the max is NaN then: the first NaN wins, like numpy
+    hit = hit.cast(DType.i32)
     rev = t.graph.iota(n - 1 - z, (n,))  # n-1-j: the first hit has the largest value
     shape = [1] * t.ndim
     shape[a] = n

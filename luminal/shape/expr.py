@@ -344,9 +344,42 @@ def _tmod(a: int, b: int) -> int:
     return a - b * _tdiv(a, b)
 
 
+def _exact_quotient(a: Expression, b: Expression) -> Expression | None:
+    """q with a == b * q syntactically (every term of a is a multiple of the monomial b), else None.
+    Then a // b == q under any truncating semantics, whatever the signs."""
+    if b.op == "num" or b.op == "add":
+        return None
+    cb, rb = _split_coeff(b)
+    need = _factors(rb)
+    terms, c = _linear(a)
+    if c or not terms:
+        return None
+    out: dict[Expression, int] = {}
+    for t, k in terms.items():
+        if k % cb:
+            return None
+        fs = list(_factors(t))
+        for f in need:
+            if f not in fs:
+                return None
+            fs.remove(f)
+        rest = ONE if not fs else fs[0] if len(fs) == 1 else Expression("mul", tuple(fs))
+        out[rest] = out.get(rest, 0) + k // cb
+    return _from_linear({t: k for t, k in out.items() if t is not ONE}, out.get(ONE, 0))
+
+
+def _cdiv(a: int, b: int) -> int:
+    """Ceiling of a / b (exact, any signs)."""
+    return -((-a) // b)
+
+
 def div(a: ExprLike, b: ExprLike) -> Expression:
     """Truncating integer division."""
     a, b = expr(a), expr(b)
+    if b.op != "num" and a.op != "num":
+        q = _exact_quotient(a, b)
+        if q is not None:
+            return q
     if b.op == "num":
         n = b.args[0]
         if n == 0:
@@ -411,8 +444,9 @@ def mod(a: ExprLike, b: ExprLike) -> Expression:
 def ceil_div(a: ExprLike, b: ExprLike) -> Expression:
     a, b = expr(a), expr(b)
     if a.op == "num" and b.op == "num":
-        q = _tdiv(a.args[0], b.args[0])
-        return num(q + (1 if _tmod(a.args[0], b.args[0]) != 0 else 0))
+        if b.args[0] == 0:
+            raise ShapeError(f"division by zero in expression ceil_div({a}, 0)")
+        return num(_cdiv(a.args[0], b.args[0]))
     if b is ONE:
         return a
     if a is b:
@@ -540,7 +574,14 @@ def _np_tmod(a, b):
 
 
 def _np_cdiv(a, b):
-    return _np_tdiv(a, b) + (_np_tmod(a, b) != 0) * 1
+    """Ceiling division: the truncated quotient, plus one when the exact quotient is positive and
+    not whole."""
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ShapeError("division by zero while evaluating a shape expression")
+        return _cdiv(a, b)
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    return _np_tdiv(a, b) + ((_np_tmod(a, b) != 0) & ((a < 0) == (b < 0)))
 
 
 def _bool(x):
@@ -642,7 +683,7 @@ def _c(e: Expression, name: Callable[[str], str], memo: dict) -> str:
         r = f"({_c(e.args[0], name, memo)} {_C_BIN[e.op]} {_c(e.args[1], name, memo)})"
     elif e.op == "cdiv":
         a, b = _c(e.args[0], name, memo), _c(e.args[1], name, memo)
-        r = f"(({a} + {b} - 1) / {b})"
+        r = f"({a} / {b} + ({a} % {b} != 0 && ({a} < 0) == ({b} < 0)))"  # exact ceiling, any signs
     else:  # min / max
         r = f"{e.op}((long long){_c(e.args[0], name, memo)}, (long long){_c(e.args[1], name, memo)})"
     memo[e] = r

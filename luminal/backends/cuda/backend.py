@@ -1,0 +1,68 @@
+"""CudaBackend: what the e-graph compiler needs from the CUDA runtime (luminal.backends.base.Backend).
+
+LLIR ops are the kernel ops (kernels/), introduced by the `kernel_lower` rules beside them; HLIR
+Input and Output run as they are. Every other HLIR op must be lowered, so extraction can only
+choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up,
+ones-filled inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from luminal.backends.cuda import driver, nvrtc
+from luminal.backends.cuda.kernel import KernelOp
+from luminal.backends.cuda.kernels import KERNEL_OPS
+from luminal.backends.cuda.runtime import CudaExecutor
+from luminal.egraph.llir import LLIRGraph
+from luminal.egraph.rulesets import Phase, main_cycle
+from luminal.hlir import Input, Output
+from luminal.shape.expr import Z
+
+KERNEL_LOWER = "kernel_lower"
+
+
+class CudaBackend:
+    name = "cuda"
+    ops = KERNEL_OPS
+    hlir_ops = (Input, Output)
+    rulesets = (KERNEL_LOWER,)
+    phases: tuple[Phase, ...] = main_cycle([KERNEL_LOWER])
+
+    def __init__(self) -> None:
+        self._dev = driver.device()  # BackendError with a clear message when no GPU is usable
+
+    @property
+    def device(self) -> str:
+        major, minor = nvrtc.version()
+        return f"cuda-{self._dev.name}-{self._dev.arch}-nvrtc{major}.{minor}"
+
+    def load(self, llir: LLIRGraph) -> CudaExecutor:
+        return CudaExecutor(llir.nodes)
+
+    def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
+        return CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env))
+
+
+def view_extent(shape, strides, env: Mapping[str, int]) -> int:
+    """Elements a buffer needs for the view (shape, strides) to stay in bounds: 1 + max index."""
+    total = 0
+    for d, st in zip(shape, strides, strict=True):
+        n = int(d.evaluate(env))
+        if n == 0:
+            return 0
+        v = np.asarray(st.evaluate({**env, Z: np.arange(n, dtype=np.int64)}), np.int64)
+        total += int(v.max())
+    return total + 1
+
+
+def input_extents(nodes, env: Mapping[str, int]) -> dict[str, int]:
+    """For profiling without real inputs: each Input's element count, from the views that read it."""
+    need: dict[int, int] = {}
+    for n in nodes:
+        if isinstance(n.op, KernelOp):
+            for src, (shape, strides) in zip(n.inputs, n.op.input_views(), strict=True):
+                need[src] = max(need.get(src, 0), view_extent(shape, strides, env))
+    return {n.op.label: need.get(i, 0) for i, n in enumerate(nodes) if isinstance(n.op, Input)}

@@ -1,0 +1,267 @@
+"""CUDA driver layer (cuda.bindings.driver only): device, context, stream, memory, modules, launches,
+events and CUDA graphs. Every call goes through `call()`, which checks the CUresult and raises
+BackendError naming the driver function that failed.
+
+Nothing here is imported by `import luminal`; `device_available()` answers without raising on a
+machine without a GPU or driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from luminal.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _drv():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise BackendError(f"the cuda backend needs cuda-bindings (pip install 'luminal[cuda]'): {e}") from None
+    return driver
+
+
+def check(result: tuple, name: str) -> Any:
+    """Unpack a driver call's `(CUresult, *values)`; raise BackendError(name, error) unless success."""
+    drv = _drv()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, ename = drv.cuGetErrorName(err)
+        _, estr = drv.cuGetErrorString(err)
+        ename = ename.decode() if isinstance(ename, bytes) else str(err)
+        estr = estr.decode() if isinstance(estr, bytes) else ""
+        raise BackendError(f"CUDA driver call {name} failed: {ename} ({estr})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def call(name: str, *args) -> Any:
+    """Call `cuda.bindings.driver.<name>(*args)` and check its status."""
+    fn = getattr(_drv(), name)
+    try:
+        result = fn(*args)
+    except BackendError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. DynamicLibNotFoundError when there is no libcuda
+        raise BackendError(f"CUDA driver call {name} failed: {type(e).__name__}: {e}") from e
+    return check(result, name)
+
+
+@functools.cache
+def device_available() -> bool:
+    """True when a CUDA driver and at least one device are usable (never raises)."""
+    try:
+        call("cuInit", 0)
+        return call("cuDeviceGetCount") > 0
+    except Exception as e:  # noqa: BLE001 - any failure means "no usable GPU"
+        log.debug("no usable CUDA device: %s", e)
+        return False
+
+
+@dataclass
+class Device:
+    """Device 0 with its primary context made current, and one compute stream."""
+
+    ordinal: int
+    handle: Any
+    ctx: Any
+    stream: Any
+    name: str
+    arch: str  # "sm_90"
+
+    def synchronize(self) -> None:
+        call("cuStreamSynchronize", self.stream)
+
+
+_DEVICE: Device | None = None
+
+
+def device() -> Device:
+    """The process-wide device (created on first use). BackendError when no GPU is usable."""
+    global _DEVICE
+    if _DEVICE is not None:
+        call("cuCtxSetCurrent", _DEVICE.ctx)
+        return _DEVICE
+    if not device_available():
+        raise BackendError(
+            "backend 'cuda' needs an NVIDIA GPU with a working driver, and none is usable on this machine; "
+            "use backend='reference' (or 'auto')"
+        )
+    drv = _drv()
+    call("cuInit", 0)
+    dev = call("cuDeviceGet", 0)
+    ctx = call("cuDevicePrimaryCtxRetain", dev)
+    call("cuCtxSetCurrent", ctx)
+    attr = drv.CUdevice_attribute
+    major = call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+    minor = call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+    raw = call("cuDeviceGetName", 256, dev)
+    name = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+    stream = call("cuStreamCreate", drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    _DEVICE = Device(0, dev, ctx, stream, name, f"sm_{major}{minor}")
+    log.info("cuda device 0: %s (%s)", name, _DEVICE.arch)
+    return _DEVICE
+
+
+# -- memory -----------------------------------------------------------------------------------------
+class DeviceBuffer:
+    """An owned device allocation (freed when dropped)."""
+
+    __slots__ = ("ptr", "nbytes", "__weakref__")
+
+    def __init__(self, nbytes: int):
+        self.nbytes = int(nbytes)
+        self.ptr = int(call("cuMemAlloc", max(self.nbytes, 1)))
+
+    def free(self) -> None:
+        if self.ptr:
+            try:
+                call("cuMemFree", self.ptr)
+            finally:
+                self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # noqa: BLE001 - interpreter shutdown / context already gone
+            pass
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(0x{self.ptr:x}, {self.nbytes} bytes)"
+
+
+def htod(dst: int, arr: np.ndarray, stream) -> None:
+    """Copy a C-contiguous host array to device address `dst` (stream-ordered)."""
+    if arr.nbytes:
+        call("cuMemcpyHtoDAsync", dst, arr.ctypes.data, arr.nbytes, stream)
+
+
+def dtoh(arr: np.ndarray, src: int, stream) -> None:
+    """Copy device memory into a C-contiguous host array (stream-ordered; sync before reading)."""
+    if arr.nbytes:
+        call("cuMemcpyDtoHAsync", arr.ctypes.data, src, arr.nbytes, stream)
+
+
+def dtod(dst: int, src: int, nbytes: int, stream) -> None:
+    if nbytes:
+        call("cuMemcpyDtoDAsync", dst, src, nbytes, stream)
+
+
+def memset8(dst: int, value: int, nbytes: int, stream) -> None:
+    if nbytes:
+        call("cuMemsetD8Async", dst, value, nbytes, stream)
+
+
+# -- modules and launches ---------------------------------------------------------------------------
+class Module:
+    """A loaded cubin; `function(name)` looks up a kernel entry."""
+
+    def __init__(self, image: bytes):
+        self.handle = call("cuModuleLoadData", image)
+        self._funcs: dict[str, Any] = {}
+
+    def function(self, name: str):
+        f = self._funcs.get(name)
+        if f is None:
+            f = self._funcs[name] = call("cuModuleGetFunction", self.handle, name.encode())
+        return f
+
+
+class Params:
+    """A kernel's argument block: every argument is a 64-bit value (device pointers)."""
+
+    __slots__ = ("values", "addrs")
+
+    def __init__(self, values: Sequence[int]):
+        self.values = np.array(values, dtype=np.uint64)
+        base = self.values.ctypes.data
+        self.addrs = np.array([base + 8 * i for i in range(len(values))], dtype=np.uint64)
+
+    @property
+    def ptr(self) -> int:
+        return self.addrs.ctypes.data
+
+
+def launch(func, grid: int, block: int, shared: int, params: Params, stream) -> None:
+    call("cuLaunchKernel", func, grid, 1, 1, block, 1, 1, shared, stream, params.ptr, 0)
+
+
+def kernel_node_params(func, grid: int, block: int, shared: int, params: Params):
+    p = _drv().CUDA_KERNEL_NODE_PARAMS()
+    p.func = func
+    p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
+    p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
+    p.sharedMemBytes = shared
+    p.kernelParams = params.ptr
+    p.extra = 0
+    return p
+
+
+# -- CUDA graphs ------------------------------------------------------------------------------------
+class Graph:
+    """A CUDA graph built node by node (a chain: each kernel depends on the previous one)."""
+
+    def __init__(self):
+        self.handle = call("cuGraphCreate", 0)
+        self.nodes: list[Any] = []
+        self.exec = None
+
+    def add_kernel(self, params) -> int:
+        deps = [self.nodes[-1]] if self.nodes else []
+        node = call("cuGraphAddKernelNode", self.handle, deps, len(deps), params)
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def instantiate(self) -> None:
+        self.exec = call("cuGraphInstantiate", self.handle, 0)
+
+    def set_kernel_params(self, index: int, params) -> None:
+        call("cuGraphExecKernelNodeSetParams", self.exec, self.nodes[index], params)
+
+    def launch(self, stream) -> None:
+        call("cuGraphLaunch", self.exec, stream)
+
+    def destroy(self) -> None:
+        if self.exec is not None:
+            call("cuGraphExecDestroy", self.exec)
+            self.exec = None
+        if self.handle is not None:
+            call("cuGraphDestroy", self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# -- events -----------------------------------------------------------------------------------------
+class Event:
+    def __init__(self):
+        self.handle = call("cuEventCreate", _drv().CUevent_flags.CU_EVENT_DEFAULT)
+
+    def record(self, stream) -> None:
+        call("cuEventRecord", self.handle, stream)
+
+    def synchronize(self) -> None:
+        call("cuEventSynchronize", self.handle)
+
+    def elapsed_ms(self, start: Event) -> float:
+        return float(call("cuEventElapsedTime", start.handle, self.handle))
+
+    def __del__(self):
+        try:
+            call("cuEventDestroy", self.handle)
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,214 @@
+"""Kernel ops: the CUDA dialect of the LLIR, and the C codegen helpers they share.
+
+A kernel op is a frozen dataclass holding its HLIR op's fields plus the dtype(s) the kernel needs
+(class name == egglog constructor, field order == argument order); egglog unions it into the HLIR
+op's e-class (ruleset `kernel_lower`, the .egg files in kernels/). `render(slots)` returns CUDA C
+generated from the z-expression strides: 64-bit index math in C, dims read from the plan's device
+dims buffer (`dims[slots[name]]`), so one compiled plan serves every value of a dim.
+
+Kernel ABI: every argument is a 64-bit pointer, in the order (out, in0, .., in{k-1}, dims[, scratch]).
+Every kernel bounds-checks against sizes computed from `dims`, so a launch of one block over an
+empty tensor is a no-op (CUDA graphs keep such nodes; eager launches skip them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from luminal.dtype import DType
+from luminal.errors import BackendError
+from luminal.hlir.op import EList, Op
+from luminal.shape.expr import ZERO, Expression, ceil_div
+from luminal.shape.tracker import ShapeTracker
+
+EW_BLOCK = 256  # threads per block of elementwise kernels
+EW_UNROLL = 4  # elements per thread (strided by EW_BLOCK: coalesced, 4 loads in flight)
+EW_TILE = EW_BLOCK * EW_UNROLL
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of an op: entry name, blocks (an Expression of dims), threads, shared bytes."""
+
+    name: str
+    grid: Expression
+    block: int
+    shared: int = 0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """The rendered code of one op: __global__ entries (no includes) + their launches in order."""
+
+    code: str
+    launches: tuple[Launch, ...]
+    headers: frozenset[str]
+
+
+class KernelOp(Op):
+    """Base of CUDA kernel ops. `hlir_class` is the HLIR op this kernel implements; its fields are
+    the leading fields of the kernel op."""
+
+    hlir_class: ClassVar[type]
+    prefix: ClassVar[str] = "k"
+
+    def hlir(self) -> Op:
+        names = [f.name for f in dataclasses.fields(self.hlir_class)]  # type: ignore[arg-type]
+        return self.hlir_class(*(getattr(self, n) for n in names))
+
+    def out_dtype(self, in_dtypes):
+        return self.hlir().out_dtype(in_dtypes)
+
+    def out_size(self) -> Expression:
+        return self.hlir().out_size()
+
+    def scratch_bytes(self) -> Expression:
+        """Device scratch the kernel needs while it runs (live for this op's step only)."""
+        return ZERO
+
+    def reference(self, ins, in_dtypes, env):
+        # Same semantics as the HLIR op: lets the reference executor run a CUDA LLIR in tests.
+        return self.hlir().reference(ins, in_dtypes, env)
+
+    def dim_names(self) -> frozenset[str]:
+        out: set[str] = set()
+        for v in self.fields():
+            for e in v if isinstance(v, tuple) else (v,):
+                if isinstance(e, Expression):
+                    out |= e.dims()
+        return frozenset(out)
+
+    def input_views(self) -> tuple[tuple[EList, EList], ...]:
+        """The (shape, strides) view through which the kernel reads each input, in input order."""
+        raise NotImplementedError
+
+    def render(self, slots: Mapping[str, int]) -> Kernel:
+        raise NotImplementedError
+
+
+# -- C spellings --------------------------------------------------------------------------------------
+_HEADERS = {DType.f16: "cuda_fp16.h", DType.bf16: "cuda_bf16.h", DType.f8e4m3: "cuda_fp8.h", DType.f8e5m2: "cuda_fp8.h"}
+# unsigned types wrapping arithmetic is done in (>= 32 bits: unsigned short * unsigned short would
+# promote to a signed int and overflow)
+_UNSIGNED = {DType.i8: "unsigned int", DType.i16: "unsigned int", DType.i32: "unsigned int",
+             DType.i64: "unsigned long long", DType.u8: "unsigned int", DType.bool: "unsigned int"}  # fmt: skip
+
+
+def headers(*dts: DType) -> frozenset[str]:
+    return frozenset(_HEADERS[d] for d in dts if d in _HEADERS)
+
+
+def ctype(dt: DType) -> str:
+    return dt.cuda
+
+
+def compute_type(dt: DType) -> str:
+    """C type arithmetic on `dt` happens in: 16/8-bit floats in float (rounded once at the store)."""
+    if dt == DType.f64:
+        return "double"
+    if dt.is_float:
+        return "float"
+    return dt.cuda
+
+
+def load(dt: DType, x: str) -> str:
+    """A stored value as its compute type."""
+    if dt == DType.f16:
+        return f"__half2float({x})"
+    if dt == DType.bf16:
+        return f"__bfloat162float({x})"
+    if dt in (DType.f8e4m3, DType.f8e5m2):
+        return f"((float)({x}))"
+    return x
+
+
+def store(dt: DType, v: str) -> str:
+    """A compute-type value rounded once (to nearest even) into `dt`'s storage type."""
+    if dt == DType.f16:
+        return f"__float2half_rn({v})"
+    if dt == DType.bf16:
+        return f"__float2bfloat16_rn({v})"
+    if dt in (DType.f8e4m3, DType.f8e5m2):
+        return f"{dt.cuda}((float)({v}))"
+    return f"(({dt.cuda})({v}))"
+
+
+def unsigned(dt: DType) -> str:
+    return _UNSIGNED[dt]
+
+
+def dim_decls(names: frozenset[str], slots: Mapping[str, int]) -> str:
+    missing = sorted(n for n in names if n not in slots)
+    if missing:
+        raise BackendError(f"kernel uses dims {missing} that the plan's dims buffer does not hold ({sorted(slots)})")
+    return "".join(f"  const long long d_{n} = dims[{slots[n]}];\n" for n in sorted(names))
+
+
+def spell(zvar: str):
+    return lambda v: zvar if v == "z" else f"d_{v}"
+
+
+def c_expr(e: Expression, zvar: str = "i") -> str:
+    """An Expression as 64-bit C with `z` spelled `zvar` and dim `s` spelled `d_s`."""
+    return e.to_c(spell(zvar))
+
+
+def index_c(shape: EList, strides: EList, zvar: str = "i") -> str:
+    """Physical index of flat logical index `zvar` in a (shape, strides) view, as C."""
+    return c_expr(ShapeTracker(tuple(shape), tuple(strides)).index_expression(), zvar)
+
+
+def name_code(prefix: str, code: str) -> tuple[str, str]:
+    """Give the entries of `code` (spelled KNAME...) a content-derived name, so the source and its
+    cache key do not depend on where the op sits in a graph."""
+    h = hashlib.sha1(code.encode()).hexdigest()[:12]
+    name = f"{prefix}_{h}"
+    return name, code.replace("KNAME", name)
+
+
+def ew_grid(n: Expression) -> Expression:
+    return ceil_div(n, EW_TILE)
+
+
+def elementwise(prefix: str, out_dt: DType, in_types: list[str], n: Expression, body: str, decls: str,
+                hdrs: frozenset[str]) -> Kernel:  # fmt: skip
+    """An elementwise kernel over flat output index `i` < n (EW_UNROLL elements per thread, strided
+    by the block so every load is coalesced); `body` writes out[i]."""
+    params = "".join(f", const {t}* __restrict__ in{k}" for k, t in enumerate(in_types))
+    code = f"""extern "C" __global__ void __launch_bounds__({EW_BLOCK}) KNAME({out_dt.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
+{decls}  const long long n = {c_expr(n)};
+  const long long base = (long long)blockIdx.x * {EW_TILE} + threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < {EW_UNROLL}; ++u) {{
+    const long long i = base + (long long)u * {EW_BLOCK};
+    if (i < n) {{
+{body}
+    }}
+  }}
+}}
+"""
+    name, code = name_code(prefix, code)
+    return Kernel(code, (Launch(name, ew_grid(n), EW_BLOCK),), hdrs)
+
+
+def source(kernels: list[Kernel]) -> str:
+    """One translation unit holding every kernel in `kernels` (deduplicated)."""
+    hdrs = sorted(frozenset().union(*(k.headers for k in kernels))) if kernels else []
+    inc = "".join(f"#include <{h}>\n" for h in hdrs)
+    codes = list(dict.fromkeys(k.code for k in kernels))
+    return inc + PRELUDE + "\n".join(codes)
+
+
+PRELUDE = """
+// luminal CUDA kernels: generated from HLIR fields; every argument is a 64-bit pointer.
+__device__ __forceinline__ void two_sum_f(float a, float b, float& s, float& e) {
+  s = a + b; float bb = s - a; e = (a - (s - bb)) + (b - bb);
+}
+__device__ __forceinline__ void two_sum_d(double a, double b, double& s, double& e) {
+  s = a + b; double bb = s - a; e = (a - (s - bb)) + (b - bb);
+}
+"""

@@ -1,0 +1,13 @@
+"""The CUDA kernel ops, one family per module (its kernel_lower rules in the .egg beside it)."""
+
+from __future__ import annotations
+
+from luminal.backends.cuda.kernels.binary import BINARY_KERNELS, KernelAdd, KernelLessThan, KernelMod, KernelMul
+from luminal.backends.cuda.kernels.indexing import INDEXING_KERNELS, KernelGather, KernelScatter
+from luminal.backends.cuda.kernels.io import IO_KERNELS, KernelCast, KernelConstant, KernelIota
+from luminal.backends.cuda.kernels.reduce import REDUCE_KERNELS, KernelMaxReduce, KernelSumReduce
+from luminal.backends.cuda.kernels.unary import UNARY_KERNELS, KernelExp2, KernelLog2, KernelRecip, KernelSin, KernelSqrt
+
+KERNEL_OPS = (*UNARY_KERNELS, *BINARY_KERNELS, *REDUCE_KERNELS, *INDEXING_KERNELS, *IO_KERNELS)
+
+__all__ = [k.__name__ for k in KERNEL_OPS] + ["KERNEL_OPS"]

@@ -1,0 +1,108 @@
+"""Binary elementwise kernels: KernelAdd KernelMul KernelMod KernelLessThan.
+
+Fields: the HLIR op's (shape, a_strides, b_strides) + dtype (of the operands). Integer semantics
+match the reference exactly: + and * wrap (computed in the unsigned type of the same width, so
+no signed-overflow UB), % truncates with x % 0 == 0 (and MIN % -1 == 0), bool + is or and * is and.
+Floats: 16/8-bit in f32 rounded once at the store, `fmodf` for %, LessThan compares in the
+compute type (NaN compares false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from luminal.dtype import DType
+from luminal.hlir import Add, LessThan, Mod, Mul
+from luminal.hlir.op import EList
+from luminal.shape.expr import prod
+
+from luminal.backends.cuda.kernel import (Kernel, KernelOp, compute_type, dim_decls, elementwise, headers, index_c, load,
+                                          store, unsigned)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelBinary(KernelOp):
+    shape: EList
+    a_strides: EList
+    b_strides: EList
+    dtype: DType
+    n_inputs: ClassVar[int] = 2
+
+    def value(self, dt: DType) -> str:
+        """C expression of the result in the compute type, from operands `a` and `b`."""
+        raise NotImplementedError
+
+    def result_dtype(self) -> DType:
+        return self.dtype
+
+    def input_views(self):
+        return ((self.shape, self.a_strides), (self.shape, self.b_strides))
+
+    def render(self, slots) -> Kernel:
+        dt, odt = self.dtype, self.result_dtype()
+        ct = compute_type(dt)
+        body = (f"      const {ct} a = {load(dt, f'in0[{index_c(self.shape, self.a_strides)}]')};\n"
+                f"      const {ct} b = {load(dt, f'in1[{index_c(self.shape, self.b_strides)}]')};\n"
+                f"      out[i] = {store(odt, self.value(dt))};")  # fmt: skip
+        decls = dim_decls(self.dim_names(), slots)
+        return elementwise(self.prefix, odt, [dt.cuda, dt.cuda], prod(self.shape), body, decls, headers(dt, odt))
+
+
+def _wrap(dt: DType, op: str) -> str:
+    u = unsigned(dt)
+    return f"(({dt.cuda})(({u})a {op} ({u})b))"
+
+
+@dataclass(frozen=True)
+class KernelAdd(KernelBinary):
+    hlir_class: ClassVar[type] = Add
+    prefix: ClassVar[str] = "add"
+
+    def value(self, dt):
+        if dt == DType.bool:
+            return "(a || b)"
+        return "(a + b)" if dt.is_float else _wrap(dt, "+")
+
+
+@dataclass(frozen=True)
+class KernelMul(KernelBinary):
+    hlir_class: ClassVar[type] = Mul
+    prefix: ClassVar[str] = "mul"
+
+    def value(self, dt):
+        if dt == DType.bool:
+            return "(a && b)"
+        return "(a * b)" if dt.is_float else _wrap(dt, "*")
+
+
+@dataclass(frozen=True)
+class KernelMod(KernelBinary):
+    hlir_class: ClassVar[type] = Mod
+    prefix: ClassVar[str] = "mod"
+
+    def value(self, dt):
+        if dt == DType.f64:
+            return "fmod(a, b)"
+        if dt.is_float:
+            return "fmodf(a, b)"
+        if dt == DType.bool:
+            return "false"  # a % 1 == 0 and a % 0 == 0
+        if dt.is_signed:
+            return f"((b == 0 || b == ({dt.cuda})-1) ? ({dt.cuda})0 : ({dt.cuda})(a % b))"
+        return f"(b == 0 ? ({dt.cuda})0 : ({dt.cuda})(a % b))"
+
+
+@dataclass(frozen=True)
+class KernelLessThan(KernelBinary):
+    hlir_class: ClassVar[type] = LessThan
+    prefix: ClassVar[str] = "lt"
+
+    def result_dtype(self):
+        return DType.bool
+
+    def value(self, dt):
+        return "(a < b)"
+
+
+BINARY_KERNELS = (KernelAdd, KernelMul, KernelMod, KernelLessThan)

@@ -1,0 +1,103 @@
+"""Data-dependent indexing kernels: KernelGather and KernelScatter.
+
+KernelGather = Gather's fields + dtype (of data) + index_dtype: out[i] = data_view[idx_view[i]]
+(the index value is a flat logical index into the data view). An out-of-range index reads 0
+(the reference raises; a kernel cannot).
+KernelScatter = Scatter's fields + dtype (of dest, src and out) + index_dtype. Parallel and
+deterministic "last write wins" in three launches over a scratch of one u64 per output element:
+copy dest into out and clear the scratch; atomicMax(scratch[idx[j]], j + 1) over the indexes; write
+src[j] where scratch[idx[j]] == j + 1. Out-of-range indexes are dropped, like the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from luminal.dtype import DType
+from luminal.hlir import Gather, Scatter
+from luminal.hlir.op import EList
+from luminal.shape.expr import Expression, prod
+
+from luminal.backends.cuda.kernel import (EW_BLOCK, EW_TILE, EW_UNROLL, Kernel, KernelOp, Launch, c_expr, dim_decls,
+                                          elementwise, ew_grid, headers, index_c, name_code, store)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelGather(KernelOp):
+    index_shape: EList
+    index_strides: EList
+    data_shape: EList
+    data_strides: EList
+    dtype: DType
+    index_dtype: DType
+    n_inputs: ClassVar[int] = 2  # (indexes, data)
+    hlir_class: ClassVar[type] = Gather
+    prefix: ClassVar[str] = "gather"
+
+    def input_views(self):
+        return ((self.index_shape, self.index_strides), (self.data_shape, self.data_strides))
+
+    def render(self, slots) -> Kernel:
+        dt = self.dtype
+        decls = dim_decls(self.dim_names(), slots) + f"  const long long nd = {c_expr(prod(self.data_shape))};\n"
+        body = (f"      const long long j = (long long)in0[{index_c(self.index_shape, self.index_strides)}];\n"
+                f"      out[i] = (j >= 0 && j < nd) ? in1[{index_c(self.data_shape, self.data_strides, 'j')}] : {store(dt, '0')};")  # fmt: skip
+        return elementwise(self.prefix, dt, [self.index_dtype.cuda, dt.cuda], prod(self.index_shape), body, decls,
+                           headers(dt))  # fmt: skip
+
+
+def _loop(n: str, body: str) -> str:
+    return (f"  const long long n = {n};\n"
+            f"  const long long base = (long long)blockIdx.x * {EW_TILE} + threadIdx.x;\n"
+            f"#pragma unroll\n  for (int u = 0; u < {EW_UNROLL}; ++u) {{\n"
+            f"    const long long i = base + (long long)u * {EW_BLOCK};\n"
+            f"    if (i < n) {{\n{body}\n    }}\n  }}\n")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelScatter(KernelOp):
+    dest_shape: EList
+    dest_strides: EList
+    index_shape: EList
+    index_strides: EList
+    src_strides: EList
+    dtype: DType
+    index_dtype: DType
+    n_inputs: ClassVar[int] = 3  # (dest, indexes, src)
+    hlir_class: ClassVar[type] = Scatter
+    prefix: ClassVar[str] = "scatter"
+
+    def input_views(self):
+        return ((self.dest_shape, self.dest_strides), (self.index_shape, self.index_strides),
+                (self.index_shape, self.src_strides))  # fmt: skip
+
+    def scratch_bytes(self) -> Expression:
+        return prod(self.dest_shape) * 8
+
+    def render(self, slots) -> Kernel:
+        dt, it = self.dtype, self.index_dtype
+        sig = (f"({dt.cuda}* __restrict__ out, const {dt.cuda}* __restrict__ in0, const {it.cuda}* __restrict__ in1, "
+               f"const {dt.cuda}* __restrict__ in2, const long long* __restrict__ dims, unsigned long long* __restrict__ win)")  # fmt: skip
+        decls = dim_decls(self.dim_names(), slots) + f"  const long long n_out = {c_expr(prod(self.dest_shape))};\n"
+        n_idx = c_expr(prod(self.index_shape))
+        j = f"      const long long j = (long long)in1[{index_c(self.index_shape, self.index_strides)}];\n"
+        head = f'extern "C" __global__ void __launch_bounds__({EW_BLOCK}) '
+        code = (
+            f"{head}KNAME_init{sig} {{\n{decls}"
+            + _loop("n_out", f"      out[i] = in0[{index_c(self.dest_shape, self.dest_strides)}];\n      win[i] = 0ull;")
+            + f"}}\n{head}KNAME_claim{sig} {{\n{decls}"
+            + _loop(n_idx, j + "      if (j >= 0 && j < n_out) atomicMax(&win[j], (unsigned long long)(i + 1));")
+            + f"}}\n{head}KNAME_write{sig} {{\n{decls}"
+            + _loop(n_idx, j + "      if (j >= 0 && j < n_out && win[j] == (unsigned long long)(i + 1))\n"
+                    f"        out[j] = in2[{index_c(self.index_shape, self.src_strides)}];")
+            + "}\n"
+        )  # fmt: skip
+        name, code = name_code(self.prefix, code)
+        g_out, g_idx = ew_grid(prod(self.dest_shape)), ew_grid(prod(self.index_shape))
+        launches = (Launch(f"{name}_init", g_out, EW_BLOCK), Launch(f"{name}_claim", g_idx, EW_BLOCK),
+                    Launch(f"{name}_write", g_idx, EW_BLOCK))  # fmt: skip
+        return Kernel(code, launches, headers(dt))
+
+
+INDEXING_KERNELS = (KernelGather, KernelScatter)

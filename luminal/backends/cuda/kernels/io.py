@@ -1,0 +1,115 @@
+"""Source and conversion kernels: KernelIota, KernelConstant, KernelCast.
+
+KernelIota = Iota's (expr, length) + dtype (i32): out[i] = (int)expr(z = i), 64-bit math wrapped
+to i32 like the reference. KernelConstant = Constant's value + dtype (f32): one thread writes the
+exactly-rounded f32 (hex literal, NaN/inf by bit pattern). KernelCast = Cast's (shape, strides,
+dtype) + in_dtype, with the reference's conversion rules: float -> int truncates and saturates
+(NaN -> 0), int -> int wraps, -> bool is != 0, to 16-bit floats rounds to nearest even once.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from luminal.dtype import DType
+from luminal.hlir import Cast, Constant, Iota
+from luminal.hlir.op import EList
+from luminal.shape.expr import ONE, Expression, prod
+
+from luminal.backends.cuda.kernel import (Kernel, KernelOp, Launch, c_expr, dim_decls, elementwise, headers, index_c,
+                                          load, name_code, store)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KernelIota(KernelOp):
+    expr: Expression
+    length: Expression
+    dtype: DType
+    hlir_class: ClassVar[type] = Iota
+    prefix: ClassVar[str] = "iota"
+
+    def input_views(self):
+        return ()
+
+    def render(self, slots) -> Kernel:
+        body = f"      out[i] = (int)({c_expr(self.expr)});"
+        return elementwise(self.prefix, DType.i32, [], self.length, body, dim_decls(self.dim_names(), slots),
+                           frozenset())  # fmt: skip
+
+
+def f32_literal(value: float) -> str:
+    """The C spelling of `value` rounded to f32 (exact: hex float or bit pattern)."""
+    v = np.float32(value)
+    if not math.isfinite(v):
+        bits = struct.unpack("<I", struct.pack("<f", v))[0]
+        return f"__int_as_float(0x{bits:08x})"
+    return f"{float(v).hex()}f"
+
+
+@dataclass(frozen=True)
+class KernelConstant(KernelOp):
+    value: float
+    dtype: DType
+    hlir_class: ClassVar[type] = Constant
+    prefix: ClassVar[str] = "const"
+
+    def input_views(self):
+        return ()
+
+    def render(self, slots) -> Kernel:
+        code = (f'extern "C" __global__ void KNAME(float* __restrict__ out, const long long* __restrict__ dims) {{\n'
+                f"  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = {f32_literal(self.value)};\n}}\n")  # fmt: skip
+        name, code = name_code(self.prefix, code)
+        return Kernel(code, (Launch(name, ONE, 1),), frozenset())
+
+
+def convert(src: DType, dst: DType, x: str) -> tuple[str, str]:
+    """(statements, C value in dst's storage type) converting stored `x` of `src` to `dst`."""
+    if src == dst:
+        return "", x
+    if dst == DType.bool:
+        return "", f"({load(src, x)} != 0)"
+    if src == DType.bool:
+        x, src = f"(int)({x} ? 1 : 0)", DType.i32
+    if src.is_float and dst.is_int:
+        info = np.iinfo(dst.np)
+        lo = f"({info.min + 1}LL - 1)" if info.min else "0"
+        pre = f"      const double f = (double){load(src, x)};\n"
+        val = (f"(f != f ? ({dst.cuda})0 : f >= {float(info.max)!r} ? ({dst.cuda}){info.max}LL : "
+               f"f <= {float(info.min)!r} ? ({dst.cuda}){lo} : ({dst.cuda})f)")  # fmt: skip
+        return pre, val
+    if src.is_int and dst.is_int:
+        return "", f"(({dst.cuda}){x})"
+    if dst == DType.f16 and (src == DType.f64 or src.is_int):  # one rounding, like numpy's double -> half
+        return "", f"__double2half((double){load(src, x)})"
+    if dst == DType.f64:
+        return "", f"((double){load(src, x)})"
+    return "", store(dst, f"(float){load(src, x)}")
+
+
+@dataclass(frozen=True)
+class KernelCast(KernelOp):
+    shape: EList
+    strides: EList
+    dtype: DType
+    in_dtype: DType
+    n_inputs: ClassVar[int] = 1
+    hlir_class: ClassVar[type] = Cast
+    prefix: ClassVar[str] = "cast"
+
+    def input_views(self):
+        return ((self.shape, self.strides),)
+
+    def render(self, slots) -> Kernel:
+        pre, val = convert(self.in_dtype, self.dtype, f"in0[{index_c(self.shape, self.strides)}]")
+        body = f"{pre}      out[i] = {val};"
+        return elementwise(self.prefix, self.dtype, [self.in_dtype.cuda], prod(self.shape), body,
+                           dim_decls(self.dim_names(), slots), headers(self.dtype, self.in_dtype))  # fmt: skip
+
+
+IO_KERNELS = (KernelIota, KernelConstant, KernelCast)

@@ -1,0 +1,192 @@
+"""CUDA C -> cubin with NVRTC (cuda.bindings.nvrtc), headers located by cuda.pathfinder.
+
+Compiled images are cached in process (by key) and on disk under `<cache dir>/kernels/<key>.cubin`
+where key = sha256(source, arch, NVRTC version, options); writes are atomic (temp file + rename), so
+concurrent processes never read a torn file. Works without a GPU: the arch defaults to sm_90 (the
+GPU machine's H200) when no device is usable.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from luminal.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ARCH = "sm_90"
+STD = "c++17"
+_MEMORY: dict[str, bytes] = {}
+_LOCK = threading.Lock()
+STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0}
+
+
+@functools.cache
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        raise BackendError(f"the cuda backend needs cuda-bindings (pip install 'luminal[cuda]'): {e}") from None
+    return nvrtc
+
+
+def _check(result, name: str, prog=None):
+    nv = _nvrtc()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != nv.nvrtcResult.NVRTC_SUCCESS:
+        _, msg = nv.nvrtcGetErrorString(err)
+        raise BackendError(f"NVRTC call {name} failed: {msg.decode() if isinstance(msg, bytes) else err}")
+    return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+@functools.cache
+def version() -> tuple[int, int]:
+    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """Directories holding cuda_fp16.h / cuda_bf16.h (the cudart headers wheel, else the toolkit)."""
+    dirs: list[str] = []
+    try:
+        import cuda.pathfinder as pf
+
+        d = pf.find_nvidia_header_directory("cudart")
+        if d:
+            dirs.append(str(d))
+    except Exception as e:  # noqa: BLE001 - fall back to a toolkit below
+        log.debug("cuda.pathfinder found no cudart headers: %s", e)
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and (Path(root) / "include" / "cuda_fp16.h").exists():
+            dirs.append(str(Path(root) / "include"))
+    if not dirs:
+        raise BackendError(
+            "NVRTC needs the CUDA runtime headers (cuda_fp16.h) and none were found: "
+            "pip install nvidia-cuda-runtime (cu13) or set CUDA_HOME to a CUDA toolkit"
+        )
+    return tuple(dict.fromkeys(dirs))
+
+
+def cache_dir() -> Path | None:
+    """`<LUMINAL_CACHE>/kernels`, or None when the cache is off (luminal/flags.py)."""
+    from luminal import flags
+
+    root = flags.cache_dir()
+    return None if root is None else Path(root) / "kernels"
+
+
+def _key(source: str, arch: str, options: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for part in (source, arch, "%d.%d" % version(), *options):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def compile_cubin(source: str, arch: str | None = None, name: str = "luminal.cu") -> bytes:
+    """Compile one translation unit to a cubin for `arch` ("sm_90"); cached in memory and on disk."""
+    arch = arch or default_arch()
+    options = (f"--gpu-architecture={arch}", f"-std={STD}", *(f"-I{d}" for d in include_dirs()))
+    key = _key(source, arch, options)
+    hit = _MEMORY.get(key)
+    if hit is not None:
+        STATS["memory_hits"] += 1
+        return hit
+    root = cache_dir()
+    path = None if root is None else root / f"{key}.cubin"
+    try:
+        if path is None:
+            raise OSError("cache off")
+        image = path.read_bytes()
+        STATS["disk_hits"] += 1
+    except OSError:
+        image = _compile(source, options, name)
+        if path is not None:
+            _atomic_write(path, image)
+    with _LOCK:
+        _MEMORY[key] = image
+    return image
+
+
+def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
+    nv = _nvrtc()
+    t0 = time.perf_counter()
+    prog = _check(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in options]
+        err = nv.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        if err != nv.nvrtcResult.NVRTC_SUCCESS:
+            raise BackendError(_format_log(_log(prog), source, name))
+        n = _check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        buf = b" " * n
+        _check(nv.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+    dt = time.perf_counter() - t0
+    STATS["compiles"] += 1
+    STATS["compile_s"] += dt
+    log.debug("nvrtc: compiled %d bytes of CUDA in %.1f ms", len(source), dt * 1e3)
+    return bytes(buf)
+
+
+def _log(prog) -> str:
+    nv = _nvrtc()
+    n = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+    buf = b" " * n
+    _check(nv.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+    return buf.rstrip(b"\0 ").decode(errors="replace")
+
+
+_LINE = re.compile(r"\((\d+)\): (?:error|catastrophic error)")
+
+
+def _format_log(text: str, source: str, name: str) -> str:
+    """The NVRTC log followed by each offending source line with two lines of context."""
+    lines = source.splitlines()
+    shown = []
+    for m in dict.fromkeys(int(x) for x in _LINE.findall(text)):
+        lo, hi = max(1, m - 2), min(len(lines), m + 2)
+        ctx = "\n".join(f"{'>' if k == m else ' '}{k:5d} | {lines[k - 1]}" for k in range(lo, hi + 1))
+        shown.append(ctx)
+    msg = f"NVRTC failed to compile {name}:\n{text.strip()}"
+    if shown:
+        msg += "\n--- offending source lines ---\n" + "\n...\n".join(shown[:8])
+    return msg
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:  # a read-only cache must not break compiling
+        log.warning("could not write the kernel cache entry %s: %s", path, e)
+
+
+def default_arch() -> str:
+    """The arch of device 0 when one is usable, else sm_90."""
+    from luminal.backends.cuda import driver
+
+    if driver.device_available():
+        return driver.device().arch
+    return DEFAULT_ARCH
+
+
+def clear_memory_cache() -> None:
+    _MEMORY.clear()

@@ -1,0 +1,118 @@
+"""On-disk compile cache: saturated e-graph and chosen plans, keyed by what determines them.
+
+Key = sha256(program text + backend name + device + luminal version + cache format). An entry is
+a directory `<root>/<key[:2]>/<key>/` holding `egraph.json.gz` (egglog's serialized e-graph) and
+`plan-<search key>.json` (the chosen LLIR per search settings). Every file is written to a temp
+file and moved into place with os.replace, and carries its own key and a checksum of its payload:
+anything unreadable, corrupt or stale is ignored (logged) and rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from luminal.egraph.llir import LLIRGraph
+from luminal.hlir.op import Op
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+
+
+def cache_key(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in (f"luminal-cache-v{FORMAT}", *parts):
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class CompileCache:
+    def __init__(self, root: Path | None):
+        self.root = root
+
+    @property
+    def enabled(self) -> bool:
+        return self.root is not None
+
+    def _dir(self, key: str) -> Path:
+        assert self.root is not None
+        return self.root / key[:2] / key
+
+    # -- e-graph -------------------------------------------------------------------------------------
+    def load_egraph(self, key: str) -> dict | None:
+        return self._load(key, "egraph.json.gz", compressed=True)
+
+    def store_egraph(self, key: str, data: dict) -> None:
+        self._store(key, "egraph.json.gz", data, compressed=True)
+
+    # -- plans ---------------------------------------------------------------------------------------
+    def load_plan(self, key: str, search_key: str, ops: Mapping[str, type[Op]]) -> LLIRGraph | None:
+        payload = self._load(key, f"plan-{search_key}.json", compressed=False)
+        if payload is None:
+            return None
+        try:
+            llir = LLIRGraph.from_json(payload["llir"], ops)
+            llir.validate()
+            if llir.fingerprint() != payload["fingerprint"]:
+                raise ValueError("fingerprint mismatch")
+        except Exception as e:  # noqa: BLE001 - any decoding failure means "rebuild"
+            log.warning("compile cache: ignoring unusable plan %s/%s (%s)", key[:12], search_key, e)
+            return None
+        return llir
+
+    def store_plan(self, key: str, search_key: str, llir: LLIRGraph) -> None:
+        self._store(key, f"plan-{search_key}.json", {"llir": llir.to_json(), "fingerprint": llir.fingerprint()},
+                    compressed=False)  # fmt: skip
+
+    # -- files ---------------------------------------------------------------------------------------
+    def _load(self, key: str, name: str, compressed: bool) -> dict | None:
+        if self.root is None:
+            return None
+        p = self._dir(key) / name
+        if not p.exists():
+            return None
+        try:
+            raw = p.read_bytes()
+            text = gzip.decompress(raw).decode() if compressed else raw.decode()
+            head_text, _, body_text = text.partition("\n")
+            head = json.loads(head_text)
+            if head.get("format") != FORMAT or head.get("key") != key:
+                raise ValueError("stale entry (format or key differs)")
+            if head.get("sha256") != _digest(body_text):
+                raise ValueError("checksum mismatch")
+            return json.loads(body_text)
+        except Exception as e:  # noqa: BLE001 - corrupt or truncated file: rebuild
+            log.warning("compile cache: ignoring corrupt entry %s (%s: %s)", p, type(e).__name__, e)
+            return None
+
+    def _store(self, key: str, name: str, body: dict, compressed: bool) -> None:
+        if self.root is None:
+            return
+        d = self._dir(key)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            body_text = json.dumps(body, separators=(",", ":"))
+            head = json.dumps({"format": FORMAT, "key": key, "sha256": _digest(body_text)})
+            text = head + "\n" + body_text
+            data = gzip.compress(text.encode(), compresslevel=1) if compressed else text.encode()
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=d)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, d / name)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            log.warning("compile cache: cannot write %s (%s); continuing without caching", d / name, e)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

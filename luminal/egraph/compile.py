@@ -1,0 +1,192 @@
+"""The compile pipeline: HLIR graph -> egglog program -> saturation -> extraction -> search -> plan.
+
+One plan per dim bucket (the cartesian product of each bucketed dim's ranges); a warm compile
+cache hit skips egglog (and search, when the plan for these search settings is stored). Returns
+an executor (bucket dispatch when there are several plans) and the stats dict of `model.stats`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from luminal import flags
+from luminal.backends.base import Backend, Executor
+from luminal.egraph import program as prog
+from luminal.egraph.cache import CompileCache, cache_key
+from luminal.egraph.extract import EGraphView
+from luminal.egraph.llir import LLIRGraph
+from luminal.egraph.registry import OpRegistry
+from luminal.egraph.run import PhaseReport, saturate
+from luminal.egraph.search import SearchOptions, search
+from luminal.errors import CompileError, InputError
+from luminal.graph import Graph
+from luminal.hlir import HLIR_OPS
+
+log = logging.getLogger("luminal.compile")
+DEFAULT_DIM = 64  # representative size of an unbounded dim when profiling
+Bounds = dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything `g.compile(backend, **options)` accepts besides the backend."""
+
+    seed: int = 0
+    search_budget: int = 8
+    search_time_s: float = 10.0
+    population: int = 4
+    buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
+    cache: bool = True
+
+    @staticmethod
+    def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
+        known = set(CompileOptions.__dataclass_fields__)
+        bad = set(options) - known
+        if bad:
+            raise CompileError(f"unknown compile option(s) {sorted(bad)}; known: {sorted(known)}")
+        return CompileOptions(**options)  # type: ignore[arg-type]
+
+    def search(self) -> SearchOptions:
+        return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population)
+
+
+def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
+    dims = graph.dims()
+    for d, ranges in buckets.items():
+        if d not in dims:
+            raise CompileError(f"buckets name dim {d!r}, which the graph does not use (its dims: {sorted(dims)})")
+        if not ranges:
+            raise CompileError(f"buckets[{d!r}] is empty")
+        for r in ranges:
+            if len(r) != 2 or not (0 <= int(r[0]) <= int(r[1])):
+                raise CompileError(f"buckets[{d!r}]: {r!r} is not a (low, high) range with 0 <= low <= high")
+    names = sorted(buckets)
+    combos = itertools.product(*[[(int(a), int(b)) for a, b in buckets[d]] for d in names])
+    return [dict(zip(names, c, strict=True)) for c in combos] or [{}]
+
+
+class BucketExecutor:
+    """Dispatch each run to the plan whose dim ranges contain the run's dims."""
+
+    def __init__(self, plans: list[tuple[Bounds, Executor]]):
+        self.plans = plans
+
+    def run(self, feed, env):
+        for bounds, ex in self.plans:
+            if all(lo <= env[d] <= hi for d, (lo, hi) in bounds.items()):
+                return ex.run(feed, env)
+        have = "; ".join(", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in b.items()) for b, _ in self.plans)
+        now = ", ".join(f"{d}={env[d]}" for d in sorted({d for b, _ in self.plans for d in b}))
+        raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")
+
+
+def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple[Executor, list[LLIRGraph], dict]:
+    t_start = time.perf_counter()
+    registry = OpRegistry((*HLIR_OPS, *backend.ops))
+    runnable = {c.__name__ for c in (*backend.hlir_ops, *backend.ops)}
+    prefer = {c.__name__ for c in backend.ops}
+    cache = CompileCache(flags.cache_dir() if opts.cache else None)
+    stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0, "egraph_classes": 0,
+                   "time_serialize_s": 0.0, "time_saturate_s": 0.0, "time_extract_s": 0.0, "time_search_s": 0.0,
+                   "cache_hit": True, "phases": [], "buckets": []}  # fmt: skip
+    t = time.perf_counter()
+    head = prog.prelude(registry, backend.rulesets, backend.phases)
+    phases_text = "\n".join(p.text() for p in backend.phases)
+    stats["time_serialize_s"] += time.perf_counter() - t
+    plans: list[tuple[Bounds, LLIRGraph]] = []
+    for bounds in bucket_bounds(graph, opts.buckets):
+        t = time.perf_counter()
+        gp = prog.serialize_graph(graph, registry, bounds)
+        text = head + gp.text + phases_text
+        key = cache_key(text, backend.name, backend.device, _version())
+        skey = cache_key(json.dumps(asdict(opts.search())), json.dumps(sorted(opts.profile_dims.items())))[:16]
+        stats["time_serialize_s"] += time.perf_counter() - t
+        stats["live_hlir_nodes"] = gp.n_nodes
+        _dump(head, gp, key)
+        llir = cache.load_plan(key, skey, {n: s.cls for n, s in registry.specs.items()})
+        info: dict = {"bounds": bounds, "cache": "plan" if llir is not None else "miss"}
+        if llir is None:
+            data = cache.load_egraph(key)
+            if data is None:
+                stats["cache_hit"] = False
+                res = saturate(head, gp, backend.phases)
+                data = res.egraph_json
+                stats["time_saturate_s"] += res.time_load_s + res.time_saturate_s
+                stats["time_extract_s"] += res.time_serialize_s
+                stats["phases"] += [_phase_row(p) for p in res.phases]
+                cache.store_egraph(key, data)
+            else:
+                info["cache"] = "egraph"
+            t = time.perf_counter()
+            view = EGraphView(data, registry, runnable)
+            stats["time_extract_s"] += time.perf_counter() - t
+            stats["egraph_nodes"] += view.n_nodes
+            stats["egraph_classes"] += view.n_classes
+            env = _profile_env(graph, bounds, opts.profile_dims)
+            t = time.perf_counter()
+            found = search(view, lambda ll: backend.profile(ll, env), prefer, opts.search())
+            stats["time_search_s"] += time.perf_counter() - t
+            llir = found.best.llir
+            info |= {"choice_sets": found.n_choice_sets, "profiled": found.n_profiled, "cost": found.best.cost}
+            cache.store_plan(key, skey, llir)
+        plans.append((bounds, llir))
+        stats["buckets"].append(info)
+    executors = [(b, backend.load(ll)) for b, ll in plans]
+    executor = executors[0][1] if len(executors) == 1 and not executors[0][0] else BucketExecutor(executors)
+    llirs = [ll for _, ll in plans]
+    stats["llir_nodes"] = sum(len(ll) for ll in llirs)
+    stats["llir_ops"] = llirs[0].op_counts() if len(llirs) == 1 else [ll.op_counts() for ll in llirs]
+    stats["time_total_s"] = time.perf_counter() - t_start
+    if flags.debug():
+        log.info("%s", format_stats(stats))
+    return executor, llirs, stats
+
+
+def _phase_row(p: PhaseReport) -> dict:
+    top = dict(sorted(((k, v) for k, v in p.matches.items() if v), key=lambda kv: -kv[1])[:8])
+    return {"phase": p.name, "seconds": p.seconds, "iterations": p.iterations, "matches": p.total_matches, "top": top}
+
+
+def _profile_env(graph: Graph, bounds: Bounds, dims: Mapping[str, int]) -> dict[str, int]:
+    env = {}
+    for d in graph.dims():
+        if d in bounds:
+            lo, hi = bounds[d]
+            env[d] = lo if lo == hi else min(hi, max(lo, dims.get(d, DEFAULT_DIM)))
+        else:
+            env[d] = int(dims.get(d, DEFAULT_DIM))
+    return env
+
+
+def format_stats(stats: Mapping) -> str:
+    """The per-phase table LUMINAL_DEBUG logs."""
+    rows = [f"compile [{stats['backend']}] hlir={stats['hlir_nodes']} egraph={stats['egraph_nodes']} nodes / "
+            f"{stats['egraph_classes']} classes, llir={stats['llir_nodes']}, cache_hit={stats['cache_hit']}",
+            f"  {'phase':<12}{'seconds':>9}{'iters':>7}{'matches':>9}  top rules"]  # fmt: skip
+    for p in stats["phases"]:
+        top = ", ".join(f"{k}={v}" for k, v in p["top"].items())
+        rows.append(f"  {p['phase']:<12}{p['seconds']:>9.4f}{p['iterations']:>7}{p['matches']:>9}  {top}")
+    for k in ("time_serialize_s", "time_saturate_s", "time_extract_s", "time_search_s", "time_total_s"):
+        rows.append(f"  {k:<18}{stats[k]:>9.4f}")
+    return "\n".join(rows)
+
+
+def _dump(head: str, gp: prog.GraphProgram, key: str) -> None:
+    d = flags.dump_dir()
+    if d is None:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    Path(d, f"{key[:12]}.egg").write_text(head + gp.text)
+
+
+def _version() -> str:
+    import luminal
+
+    return getattr(luminal, "__version__", "0")

@@ -1,0 +1,82 @@
+"""Saturation: load the program into egglog, run the backend's phases, serialize the e-graph.
+
+Uses egglog's low-level text API (`egglog.bindings.EGraph`: parse_program / run_program). Each
+phase is one `(run-schedule ...)`, timed, with its iteration count and matches per rule taken
+from egglog's RunReport. The result is egglog's serialized JSON (never egglog's own extract:
+it unfolds the DAG).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import egglog.bindings as eb
+
+from luminal.egraph.program import GraphProgram
+from luminal.egraph.rulesets import Phase
+from luminal.errors import CompileError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PhaseReport:
+    name: str
+    seconds: float
+    iterations: int
+    matches: dict[str, int] = field(default_factory=dict)  # rule name -> matches over the phase
+
+    @property
+    def total_matches(self) -> int:
+        return sum(self.matches.values())
+
+
+@dataclass
+class RunResult:
+    egraph_json: dict
+    phases: list[PhaseReport]
+    time_load_s: float
+    time_saturate_s: float
+    time_serialize_s: float
+
+
+def _exec(eg: eb.EGraph, text: str, what: str) -> list:
+    try:
+        return eg.run_program(*eg.parse_program(text))
+    except eb.EggSmolError as e:
+        raise CompileError(f"egglog rejected the {what}: {str(e)[:2000]}") from None
+
+
+def saturate(prelude: str, graph: GraphProgram, phases: Sequence[Phase]) -> RunResult:
+    """Run `prelude` + the graph program under `phases`; return the serialized e-graph."""
+    t0 = time.perf_counter()
+    eg = eb.EGraph()
+    _exec(eg, prelude, "program prelude (sorts and rules)")
+    for chunk in graph.chunks():
+        _exec(eg, chunk, "graph program")
+    t1 = time.perf_counter()
+    reports = []
+    for ph in phases:
+        ts = time.perf_counter()
+        outs = _exec(eg, ph.text(), f"schedule phase {ph.name!r}")
+        rep = next((o.report for o in outs if isinstance(o, eb.RunScheduleOutput)), None)
+        iters = len(rep.iterations) if rep is not None else 0
+        matches = {_rule_name(k): int(v) for k, v in (rep.num_matches_per_rule.items() if rep else ())}
+        reports.append(PhaseReport(ph.name, time.perf_counter() - ts, iters, matches))
+    t2 = time.perf_counter()
+    try:
+        root = eb.Var(eb.PanicSpan(), "$root")
+        data = json.loads(eg.serialize([root]).to_json())
+    except eb.EggSmolError as e:
+        raise CompileError(f"egglog could not serialize the e-graph: {e}") from None
+    t3 = time.perf_counter()
+    return RunResult(data, reports, t1 - t0, t2 - t1, t3 - t2)
+
+
+def _rule_name(key: str) -> str:
+    """egglog keys unnamed rules by their text; keep names short in reports."""
+    return key if "\n" not in key and len(key) < 80 else " ".join(key.split())[:80]

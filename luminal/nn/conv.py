@@ -1,0 +1,32 @@
+"""Conv1d over a (channels, time) signal as unfold (one Gather) + matmul, time-major output."""
+
+from __future__ import annotations
+
+from luminal.graph import Graph
+from luminal.nn.linear import weight
+from luminal.shape.expr import ZERO, z
+from luminal.tensor import GraphTensor
+
+
+class Conv1d:
+    """torch.nn.Conv1d(c_in, c_out, kernel, stride, padding) with weight (c_out, c_in, kernel).
+    Input (c_in, T); output (T_out, c_out), T_out = (T + 2*padding - kernel) // stride + 1."""
+
+    def __init__(self, g: Graph, name: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
+                 padding: int = 0, bias: bool = True):  # fmt: skip
+        self.c_in, self.c_out, self.kernel, self.stride, self.padding = c_in, c_out, kernel, stride, padding
+        self.weight = weight(g, f"{name}.weight", (c_out, c_in, kernel))
+        self.bias = weight(g, f"{name}.bias", (c_out,)) if bias else None
+
+    def __call__(self, x: GraphTensor) -> GraphTensor:
+        c, k, st = self.c_in, self.kernel, self.stride
+        if self.padding:
+            x = x.pad(((0, 0), (self.padding, self.padding)))
+        t_in = x.shape[1]
+        t_out = (t_in - k) // st + 1
+        # cols[t, c, j] = x[c, t*stride + j]: flat index c*T + t*stride + j over (T_out, c_in, k)
+        t, ci, j = z // (c * k), (z // k) % c, z % k
+        idx = x.graph.iota(ci * t_in + t * st + j + ZERO, (t_out, c, k))
+        cols = x.reshape(-1).gather(idx).reshape(t_out, c * k)  # (T_out, c_in*k)
+        y = cols @ self.weight.reshape(self.c_out, c * k).T  # (T_out, c_out)
+        return y + self.bias if self.bias is not None else y

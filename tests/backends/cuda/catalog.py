@@ -1,0 +1,47 @@
+"""Every CUDA kernel op for every dtype it supports, over a few view kinds (contiguous, broadcast,
+permuted, merged non-linear z-strides, symbolic dims): the CPU compile test's inventory."""
+
+from __future__ import annotations
+
+from luminal.backends.cuda.kernels import (KernelAdd, KernelCast, KernelConstant, KernelExp2, KernelGather, KernelIota,
+                                           KernelLessThan, KernelLog2, KernelMaxReduce, KernelMod, KernelMul, KernelRecip,
+                                           KernelScatter, KernelSin, KernelSqrt, KernelSumReduce)  # fmt: skip
+from luminal.dtype import DType
+from luminal.shape.expr import num, var, z
+from luminal.shape.tracker import ShapeTracker
+
+DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.bool)
+FLOATS = tuple(d for d in DTYPES if d.is_float)
+s, n = var("s"), var("n")
+CONTIG = ShapeTracker.new((s, 8))
+PERM = ShapeTracker.new((8, s)).permute((1, 0))
+MERGED = ShapeTracker.new((3, s, 4)).permute((1, 0, 2)).merge_dims(1)  # (s, 12) with z//4, z%4 strides
+BCAST = ShapeTracker.new((s,)).expand_dim(1, 8)
+VIEWS = (CONTIG, PERM, MERGED)
+
+
+def kernels_for(dt: DType) -> list:
+    out: list = []
+    if dt.is_float:
+        for cls in (KernelLog2, KernelExp2, KernelSin, KernelSqrt, KernelRecip):
+            out += [cls(v.dims, v.strides, dt) for v in VIEWS]
+    for cls in (KernelAdd, KernelMul, KernelMod, KernelLessThan):
+        out.append(cls(CONTIG.dims, CONTIG.strides, BCAST.strides, dt))
+        out.append(cls(MERGED.dims, MERGED.strides, MERGED.strides, dt))
+    if dt != DType.bool:
+        for cls in (KernelSumReduce, KernelMaxReduce):
+            out.append(cls((s,), num(8), (z * 8,), z, dt))  # thread per row
+            out.append(cls((s,), num(300), (z * 300,), z, dt))  # warp per row
+            out.append(cls((num(4),), n, (z,), z * 4, dt))  # block per row, strided, symbolic length
+            out.append(cls((), s, (), z, dt))  # full reduction to a scalar
+    out.append(KernelGather(CONTIG.dims, CONTIG.strides, (s, num(8)), PERM.strides, dt, DType.i32))
+    out.append(KernelGather((s,), (z,), (num(16),), (z,), dt, DType.i64))
+    out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))
+    out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in DTYPES if to != dt]
+    return out
+
+
+def sources() -> list:
+    return [KernelIota(z * 2 + s, s * 4, DType.i32), KernelIota((z // 3) % n, s * n, DType.i32),
+            KernelConstant(0.1, DType.f32), KernelConstant(float("-inf"), DType.f32),
+            KernelConstant(float("nan"), DType.f32), KernelConstant(-0.0, DType.f32)]  # fmt: skip

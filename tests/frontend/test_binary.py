@@ -1,0 +1,259 @@
+"""Property tests of the binary ops against numpy with broadcasting (size-1 and missing axes on
+both sides) and python scalars on either side. Integer `/` and `//` truncate (C), `%` is fmod."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import luminal as lm
+from tests.helpers import NUMERIC, Arg, check_op
+
+# a: (m, 1, k) and b: (n, 1) broadcast to (m, n, k): both sides broadcast, b has a missing axis.
+A, B = ("m", 1, "k"), ("n", 1)
+
+
+def tdiv(a, b):
+    """C division of int64 arrays (b != 0)."""
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _grid(x, step=0.5):
+    return np.round(x / step) * step
+
+
+def _args(dtype, **b_kw):
+    if dtype.is_float:
+        return {"a": Arg(A), "b": Arg(B, **b_kw)}
+    return {"a": Arg(A, lo=-50, hi=50), "b": Arg(B, lo=-50, hi=50, **b_kw)}
+
+
+def _scalar(dtype):
+    return 2.5 if dtype.is_float else 3
+
+
+def _arith(op, np_op, int_op=None, **b_kw):
+    def build(g, a, b):
+        s = _scalar(a.dtype)
+        return {"tt": op(a, b), "ts": op(a, s), "st": op(s, a), "bt": op(b, a)}
+
+    def ref_for(dtype):
+        f = np_op if dtype.is_float or int_op is None else int_op
+
+        def ref(a, b):
+            s = _scalar(dtype)
+            return {"tt": f(a, b), "ts": f(a, np.full_like(a, s)), "st": f(np.full_like(a, s), a), "bt": f(b, a)}
+
+        return ref
+
+    return build, ref_for, b_kw
+
+
+ARITH = {
+    "add": _arith(lambda x, y: x + y, np.add),
+    "sub": _arith(lambda x, y: x - y, np.subtract),
+    "mul": _arith(lambda x, y: x * y, np.multiply),
+}
+
+
+def _merged(table, dtype):
+    """All ops of `table` in one graph (one compile per dtype), outputs named op_variant."""
+
+    def build(g, a, b):
+        return {f"{n}_{k}": t for n, (bld, _, _) in table.items() for k, t in bld(g, a, b).items()}
+
+    def ref(a, b):
+        return {f"{n}_{k}": v for n, (_, ref_for, _) in table.items() for k, v in ref_for(dtype)(a, b).items()}
+
+    return build, ref
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_arith(dtype, data):
+    """+ - * with tensors on both sides and python scalars on either side."""
+    build, ref = _merged(ARITH, dtype)
+    check_op(data, "arith", build, ref, _args(dtype), dtype)
+
+
+def _prep_nonzero(arrays, env):
+    """Divisors away from zero (both operands appear as divisors in the variants)."""
+    out = {}
+    for k, v in arrays.items():
+        if v.dtype.kind == "i":
+            out[k] = np.where(v == 0, 7, v).astype(v.dtype)
+        else:
+            out[k] = np.where(np.abs(v.astype(np.float32)) < 0.25, 0.75, v).astype(v.dtype)
+    return out
+
+
+def _div_variants(op):
+    def build(g, a, b):
+        s = _scalar(a.dtype)
+        return {"tt": op(a, b), "ts": op(a, s), "st": op(s, a), "bt": op(b, a)}
+
+    return build
+
+
+def _div_ref(f, dtype):
+    def ref(a, b):
+        s = np.full_like(a, _scalar(dtype))
+        return {"tt": f(a, b), "ts": f(a, s), "st": f(s, a), "bt": f(b, a)}
+
+    return ref
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_truediv(dtype, data):
+    f = np.divide if dtype.is_float else tdiv
+    check_op(data, "div", _div_variants(lambda x, y: x / y), _div_ref(f, dtype), _args(dtype), dtype,
+             prep=_prep_nonzero, tol=2)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_floordiv(dtype, data):
+    f = np.floor_divide if dtype.is_float else tdiv
+    args = {"a": Arg(A, lo=-20, hi=20), "b": Arg(B, lo=-6, hi=6)}
+    check_op(data, "floordiv", _div_variants(lambda x, y: x // y), _div_ref(f, dtype), args, dtype, prep=_prep_nonzero)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_mod(dtype, data):
+    """% is C's remainder: sign of the dividend (np.fmod), for ints and floats."""
+    args = {"a": Arg(A, lo=-20, hi=20), "b": Arg(B, lo=-6, hi=6)}
+    check_op(data, "mod", _div_variants(lambda x, y: x % y), _div_ref(np.fmod, dtype), args, dtype,
+             prep=_prep_nonzero, tol=4)  # fmt: skip
+
+
+CMP = {
+    "lt": (lambda x, y: x < y, np.less),
+    "le": (lambda x, y: x <= y, np.less_equal),
+    "gt": (lambda x, y: x > y, np.greater),
+    "ge": (lambda x, y: x >= y, np.greater_equal),
+    "eq": (lambda x, y: x.eq(y), np.equal),
+    "ne": (lambda x, y: x.ne(y), np.not_equal),
+}
+
+
+def _prep_grid(arrays, env):
+    """Values on a coarse grid so ties (equal elements) are common."""
+    return {k: _grid(v.astype(np.float64), 1.0).astype(v.dtype) for k, v in arrays.items()}
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_compare(dtype, data):
+    """< <= > >= eq ne (bool results), with ties common."""
+
+    def build(g, a, b):
+        return {f"{n}_{k}": t for n, (op, _) in CMP.items() for k, t in (("tt", op(a, b)), ("ts", op(a, 1)), ("bt", op(b, a)))}
+
+    def ref(a, b):
+        return {f"{n}_{k}": v for n, (_, f) in CMP.items() for k, v in (("tt", f(a, b)), ("ts", f(a, 1)), ("bt", f(b, a)))}
+
+    args = {"a": Arg(A, lo=-2, hi=2), "b": Arg(B, lo=-2, hi=2)}
+    check_op(data, "compare", build, ref, args, dtype, prep=_prep_grid)
+
+
+@given(data=st.data())
+def test_logic(data):
+    def build(g, a, b):
+        return {"and": a & b, "or": a | b, "not": ~a, "and_s": a & True, "or_s": a | False}
+
+    def ref(a, b):
+        return {"and": a & b, "or": a | b, "not": ~a, "and_s": a, "or_s": a}
+
+    check_op(data, "logic", build, ref, {"a": Arg(A), "b": Arg(B)}, lm.bool)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_maximum_minimum_clip(dtype, data):
+    def build(g, a, b):
+        return {"max": a.maximum(b), "min": a.minimum(b), "max_s": a.maximum(1), "min_s": a.minimum(1),
+                "clip": a.clip(-1, 1), "clip_lo": a.clip(0), "clip_hi": a.clip(None, 0)}  # fmt: skip
+
+    def ref(a, b):
+        return {"max": np.maximum(a, b), "min": np.minimum(a, b), "max_s": np.maximum(a, 1),
+                "min_s": np.minimum(a, 1), "clip": np.clip(a, -1, 1), "clip_lo": np.maximum(a, 0),
+                "clip_hi": np.minimum(a, 0)}  # fmt: skip
+
+    check_op(data, "maxmin", build, ref, {"a": Arg(A, lo=-3, hi=3), "b": Arg(B, lo=-3, hi=3)}, dtype, prep=_prep_grid)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_pow_scalar(dtype, data):
+    exps = (0, 1, 2, 3, 5, -1, -2) if dtype.is_float else (0, 1, 2, 3, 5)
+    extra = {"half": 0.5, "p15": 1.5, "m05": -0.5} if dtype.is_float else {}
+
+    def build(g, a):
+        out = {f"e{e}": a**e for e in exps}
+        out.update({k: a.pow(e) for k, e in extra.items()})
+        return out
+
+    def ref(a):
+        out = {f"e{e}": np.power(a, e) if e >= 0 else np.power(a.astype(np.float64), e) for e in exps}
+        out.update({k: np.power(a, e) for k, e in extra.items()})
+        return out
+
+    args = {"a": Arg(A, lo=-3, hi=3, min_abs=0.1)} if dtype.is_float else {"a": Arg(A, lo=-9, hi=9)}
+    check_op(data, "pow_scalar", build, ref, args, dtype, tol=4)
+
+
+@pytest.mark.parametrize("dtype", (lm.f32, lm.bf16), ids=str)
+@given(data=st.data())
+def test_pow_tensor(dtype, data):
+    """Tensor exponents: negative bases work for integer exponents, give NaN otherwise; 0 ** 0 = 1."""
+
+    def prep(arrays, env):
+        return {"a": _grid(arrays["a"].astype(np.float64), 0.5).astype(arrays["a"].dtype),
+                "b": _grid(arrays["b"].astype(np.float64), 0.5).astype(arrays["b"].dtype)}  # fmt: skip
+
+    check_op(data, "pow_tensor", lambda g, a, b: a**b, np.power, {"a": Arg(A), "b": Arg(B)}, dtype, prep=prep, tol=4)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@given(data=st.data())
+def test_where(dtype, data):
+    def build(g, c, a, b):
+        return {"tt": lm.where(c, a, b), "ts": lm.where(c, a, 0), "st": lm.where(c, 1, b), "method": a.where(c, b)}
+
+    def ref(c, a, b):
+        return {"tt": np.where(c, a, b), "ts": np.where(c, a, 0).astype(a.dtype),
+                "st": np.where(c, 1, b).astype(b.dtype), "method": np.where(c, a, b)}  # fmt: skip
+
+    args = {"c": Arg(("n", "k"), dtype=lm.bool), "a": Arg(A), "b": Arg(B)}
+    check_op(data, "where", build, ref, args, dtype)
+
+
+def test_where_does_not_leak_nan():
+    """where picks, it does not blend: the unselected NaN / inf do not reach the output."""
+    g = lm.Graph()
+    c, a, b = g.tensor("c", (4,), lm.bool), g.tensor("a", (4,)), g.tensor("b", (4,))
+    lm.where(c, a, b).output("y")
+    out = g.compile("reference").run({
+        "c": np.array([True, False, True, False]),
+        "a": np.array([1, np.nan, np.inf, np.nan], np.float32),
+        "b": np.array([np.nan, 2, np.nan, -np.inf], np.float32),
+    })["y"]  # fmt: skip
+    np.testing.assert_array_equal(out, np.array([1, 2, np.inf, -np.inf], np.float32))
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_minimum_nan_propagate(op):
+    """Like numpy: a NaN on either side gives NaN (whatever its sign bit)."""
+    g = lm.Graph()
+    a, b = g.tensor("a", (4,)), g.tensor("b", (4,))
+    getattr(a, op)(b).output("y")
+    nan = np.float32(np.nan)
+    av = np.array([nan, 1, -nan, 2], np.float32)
+    bv = np.array([1, nan, 3, -nan], np.float32)
+    out = g.compile("reference").run({"a": av, "b": bv})["y"]
+    assert np.isnan(out).all(), out

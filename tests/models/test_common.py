@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from models import llama
+from models.common import Sampler, Stats, TextStream, random_weights
+
+
+def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
+    logits = np.array([0.1, 2.0, -1.0, 1.9])
+    rng = np.random.default_rng(0)
+    assert Sampler()(logits, rng) == 1
+    assert Sampler(temperature=1.0, top_k=1)(logits, rng) == 1
+    assert Sampler(temperature=1.0, top_p=1e-6)(logits, rng) == 1
+
+
+def test_sampler_is_seeded_and_respects_top_k():
+    logits = np.zeros(50)
+    a = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
+    b = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
+    assert a == b and len(set(a)) > 5
+    logits = np.arange(10.0)
+    rng = np.random.default_rng(0)
+    assert {Sampler(5.0, top_k=3)(logits, rng) for _ in range(200)} == {7, 8, 9}
+
+
+def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    rng = np.random.default_rng(0)
+    assert {Sampler(1.0, top_p=0.7)(logits, rng) for _ in range(300)} == {0, 1}
+
+
+def test_generate_stops_at_stop_token_and_reports_stats():
+    model = llama.load("tests/models/goldens/llama", backend="reference")
+    ids = [5, 6, 7]
+    free = model.generate(ids, 5, stop_ids=())
+    assert len(free) == 5
+    out = model.generate(ids, 5, stop_ids=[free[1]])
+    assert out == free[:2]
+    line = model.stats.line()
+    for key in ("TTFT", "TPOT", "tok/s", "compile"):
+        assert key in line
+    assert model.stats.new_tokens == 2 and len(model.stats.decode_s) == 1
+
+
+def test_seeded_sampling_generation_is_reproducible():
+    model = llama.load("tests/models/goldens/llama", backend="reference")
+    s = Sampler(temperature=1.0, top_k=20, top_p=0.9, seed=7)
+    assert model.generate([1, 2, 3], 6, s, stop_ids=()) == model.generate([1, 2, 3], 6, s, stop_ids=())
+
+
+def test_stats_line_formats():
+    st = Stats(prompt_tokens=4, new_tokens=3, ttft_s=0.01, decode_s=[0.002, 0.004], compile_s=1.5)
+    assert st.tpot_ms == pytest.approx(3.0)
+    assert st.tokens_per_s == pytest.approx(3 / 0.016)
+
+
+def test_text_stream_prints_increments():
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join("ab"[i] for i in ids)
+
+    out = io.StringIO()
+    stream = TextStream(Tok(), out)
+    for t in (0, 1, 1):
+        stream(t)
+    assert out.getvalue() == "abb"
+
+
+def test_random_weights_shapes_norms_and_biases():
+    w = random_weights({"a.weight": ((3, 4), np.float32), "n.norm.weight": ((4,), np.float32),
+                        "b.bias": ((4,), np.float32)}, seed=1)  # fmt: skip
+    assert w["a.weight"].shape == (3, 4) and np.all(w["n.norm.weight"] == 1) and np.all(w["b.bias"] == 0)
+
+
+def test_load_random_preset_truncated_runs():
+    from dataclasses import replace
+
+    cfg = replace(llama.CONFIGS["llama-3.2-1b"], vocab_size=512, dim=64, hidden=128, n_heads=4, n_kv_heads=2,
+                  head_dim=16)  # fmt: skip
+    model = llama.load_random_preset(cfg, "reference", 32, layers=1, seed=0)
+    assert len(model.generate([1, 2], 3, stop_ids=())) == 3
+
+
+def test_cli_runs_a_checkpoint(capsys):
+    llama.main(["--model", "tests/models/goldens/llama", "--prompt", "x", "--max-new-tokens", "2",
+                "--backend", "reference"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert "TTFT" in captured.err

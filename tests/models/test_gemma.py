@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from models import gemma
+from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
+
+
+def test_gemma3_golden_prefill_and_decode():
+    check_golden(gemma.load, "gemma3")  # sliding window 4 < prompt 12: the window mask matters
+
+
+def test_gemma3_cache_decode_equals_recompute():
+    check_cache_equals_recompute(gemma.load, "gemma3")
+
+
+def test_gemma3_one_compile_serves_several_prompt_lengths():
+    check_one_compile_many_lengths(gemma.load, "gemma3")
+
+
+def test_gemma3_layer_types_from_pattern_and_old_rope_keys():
+    c = {"vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 7, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "intermediate_size": 8, "head_dim": 4, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+         "sliding_window_pattern": 6}  # fmt: skip
+    cfg = gemma.Config.from_hf(c)
+    assert cfg.sliding == (True, True, True, True, True, False, True)
+    assert cfg.rope_global.theta == 1e6 and cfg.rope_local.theta == 1e4

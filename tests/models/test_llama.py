@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import numpy as np
+
+from models import llama
+from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
+
+
+def test_llama_golden_prefill_and_decode():
+    check_golden(llama.load, "llama")  # llama3 rope scaling, untied lm_head
+
+
+def test_llama_cache_decode_equals_recompute():
+    check_cache_equals_recompute(llama.load, "llama")
+
+
+def test_llama_one_compile_serves_several_prompt_lengths():
+    check_one_compile_many_lengths(llama.load, "llama")
+
+
+def test_llama_config_reads_rope_parameters_and_rope_theta():
+    base = {"vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
+    old = llama.Config.from_hf({**base, "rope_theta": 5e5, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}})
+    new = llama.Config.from_hf({**base, "rope_theta": None, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3",
+                                                                                "factor": 32.0}})  # fmt: skip
+    assert old.rope == new.rope and new.rope.theta == 5e5 and new.rope.kind == "llama3" and new.head_dim == 4
+
+
+def test_llama_capacity_overflow_is_a_clear_error():
+    import pytest
+
+    import luminal as lm
+
+    model = llama.load("tests/models/goldens/llama", backend="reference", max_seq=8)
+    with pytest.raises(lm.InputError, match="capacity 8"):
+        model.logits(np.arange(9).tolist())

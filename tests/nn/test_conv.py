@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal import nn
+
+
+def _conv_numpy(x, w, b, stride, pad):
+    x = np.pad(x, ((0, 0), (pad, pad)))
+    c_out, _, k = w.shape
+    t_out = (x.shape[1] - k) // stride + 1
+    out = np.zeros((t_out, c_out))
+    for t in range(t_out):
+        out[t] = np.einsum("ck,ock->o", x[:, t * stride : t * stride + k], w) + b
+    return out
+
+
+@pytest.mark.parametrize(("stride", "pad", "t"), [(1, 1, 10), (2, 1, 10), (2, 1, 9), (1, 0, 7)])
+def test_conv1d_matches_numpy(stride, pad, t):
+    g = lm.Graph()
+    x = g.tensor("x", (5, t))
+    nn.Conv1d(g, "c", 5, 4, 3, stride=stride, padding=pad)(x).output("y")
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((5, t)).astype(np.float32)
+    w = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    y = g.compile("reference").run({"x": xv, "c.weight": w, "c.bias": b})["y"]
+    np.testing.assert_allclose(y, _conv_numpy(xv, w, b, stride, pad), rtol=1e-5, atol=1e-5)
