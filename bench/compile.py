@@ -98,23 +98,31 @@ def measure(layers: int, cache: str) -> dict:
     return out
 
 
+COLUMNS = (  # header, stats key, format
+    ("hlir", "hlir_nodes", "{:>6}"), ("e-nodes", "egraph_nodes", "{:>8}"), ("classes", "egraph_classes", "{:>8}"),
+    ("llir", "llir_nodes", "{:>5}"), ("mm", "matmuls", "{:>4}"), ("build", "time_build_s", "{:>6.2f}"),
+    ("serial", "time_serialize_s", "{:>7.3f}"), ("satur", "time_saturate_s", "{:>7.3f}"),
+    ("extract", "time_extract_s", "{:>7.3f}"), ("search", "time_search_s", "{:>7.3f}"),
+    ("total", "time_total_s", "{:>7.3f}"), ("peakMB", "peak_mb", "{:>7.0f}"),
+)  # fmt: skip
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--one"]:
         print(json.dumps(measure(int(argv[1]), argv[2])))
         return
     depths = [int(a) for a in argv] or [1, 4, 16]
-    print(f"{'layers':>6} {'run':>5} {'hlir':>6} {'e-nodes':>8} {'classes':>8} {'llir':>5} {'mm':>4} "
-          f"{'build':>6} {'serial':>7} {'satur':>7} {'extract':>7} {'search':>7} {'total':>7} {'peakMB':>7}")  # fmt: skip
+    widths = [len(f.format(0)) for _, _, f in COLUMNS]
+    print(f"{'layers':>6} {'run':>5} " + " ".join(h.rjust(w) for (h, _, _), w in zip(COLUMNS, widths, strict=True)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     for n in depths:
         with tempfile.TemporaryDirectory() as d:
             for run in ("cold", "warm"):
-                r = subprocess.run([sys.executable, __file__, "--one", str(n), d], capture_output=True, text=True,
-                                   check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})  # fmt: skip
+                cmd = [sys.executable, __file__, "--one", str(n), d]
+                r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
                 m = json.loads(r.stdout.strip().splitlines()[-1])
-                print(f"{n:>6} {run:>5} {m['hlir_nodes']:>6} {m['egraph_nodes']:>8} {m['egraph_classes']:>8} "
-                      f"{m['llir_nodes']:>5} {m['matmuls']:>4} {m['time_build_s']:>6.2f} {m['time_serialize_s']:>7.3f} "
-                      f"{m['time_saturate_s']:>7.3f} {m['time_extract_s']:>7.3f} {m['time_search_s']:>7.3f} "
-                      f"{m['time_total_s']:>7.3f} {m['peak_mb']:>7.0f}  {m['phases'] if run == 'cold' else ''}")  # fmt: skip
+                cells = " ".join(f.format(m[k]) for _, k, f in COLUMNS)
+                print(f"{n:>6} {run:>5} {cells}  {m['phases'] if run == 'cold' else ''}")
 
 
 if __name__ == "__main__":

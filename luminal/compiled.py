@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from luminal.dtype import DType
 from luminal.errors import BackendError, InputError
 from luminal.graph import Graph
 from luminal.shape.expr import Expression
@@ -51,10 +50,15 @@ class CompiledModel:
         t0 = time.perf_counter()
         outs = self._executor.run(feed, env)
         self.stats["time_last_run_s"] = time.perf_counter() - t0
-        result = {}
+        result: dict[str, np.ndarray] = {}
         for name, (shape, dt) in self._outputs.items():
             concrete = tuple(int(d.evaluate(env)) for d in shape)
-            result[name] = np.asarray(outs[name]).reshape(concrete).astype(dt.np, copy=False)
+            arr = np.asarray(outs[name]).reshape(concrete).astype(dt.np, copy=False)
+            # outputs are the caller's to modify: never hand out a view of an input (a bound weight)
+            # or of another output
+            if any(np.may_share_memory(arr, a) for a in (*feed.values(), *result.values())):
+                arr = arr.copy()
+            result[name] = arr
         return result
 
     __call__ = run
@@ -155,5 +159,3 @@ def _cuda_usable() -> bool:
     except ImportError:
         return False
     return device_available()
-
-

@@ -113,7 +113,7 @@ def to_dtype(x: object) -> DType:
             return _FROM_EGGLOG[x]
     try:
         d = np.dtype(x)  # type: ignore[call-overload]
-    except TypeError:
+    except (TypeError, ValueError):
         d = None
     if d is not None and d in _FROM_NUMPY:
         return _FROM_NUMPY[d]

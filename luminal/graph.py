@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from luminal.dtype import DType, to_dtype
-from luminal.errors import DTypeError, InputError
+from luminal.errors import DTypeError, InputError, ShapeError
 from luminal.hlir import Constant, Input, Iota, Op, Output
 from luminal.shape.expr import Expression, ExprLike, dim, expr
 from luminal.shape.tracker import ShapeTracker
@@ -22,6 +22,15 @@ from luminal.shape.tracker import ShapeTracker
 if TYPE_CHECKING:
     from luminal.compiled import CompiledModel
     from luminal.tensor import GraphTensor
+
+
+def shape_tuple(shape, what: str) -> tuple:
+    """A shape given as one dim or a sequence of dims, as a tuple (ShapeError otherwise)."""
+    if isinstance(shape, (int, np.integer, str, Expression)) and not isinstance(shape, bool):
+        return (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"{what}: a shape is a tuple of ints and dim names, got {shape!r}")
+    return tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -66,9 +75,7 @@ class Graph:
             raise InputError(f"input names must be non-empty strings, got {name!r}")
         if name in self.inputs:
             raise InputError(f"an input named {name!r} already exists in this graph")
-        if isinstance(shape, (int, str, Expression)):
-            shape = (shape,)
-        dims = tuple(dim(d) if isinstance(d, str) else expr(d) for d in shape)
+        dims = tuple(dim(d) if isinstance(d, str) else expr(d) for d in shape_tuple(shape, f"input {name!r}"))
         dt = to_dtype(dtype)
         tr = ShapeTracker.new(dims)
         nid = self.add(Input(name, dt), (), dt, tr.n_elements())
@@ -78,16 +85,20 @@ class Graph:
 
     def constant(self, value: float | int | bool, dtype: object = DType.f32) -> GraphTensor:
         """A scalar constant tensor (shape ()). Floats go through an f32 Constant, ints through Iota."""
-        from luminal.tensor import GraphTensor
 
         dt = to_dtype(dtype)
+        if isinstance(value, np.generic):
+            value = value.item()
+        if not isinstance(value, (int, float, bool)):
+            raise DTypeError(f"constant: {value!r} ({type(value).__name__}) is not a number: give an int/float/bool")
         key = (type(value).__name__, value, dt)
         if key in self._consts:
             return self._consts[key]
         if dt.is_float or not float(value).is_integer() or not -(2**31) <= value < 2**31:
             if not dt.is_float and not float(value).is_integer():
                 raise DTypeError(f"constant {value!r} is not an integer but the dtype is {dt}")
-            hi = float(np.float32(value))
+            with np.errstate(over="ignore"):  # beyond f32: inf, like numpy's cast
+                hi = float(np.float32(value))
             t = self._f32(hi)
             if hi != float(value) and (dt == DType.f64 or not dt.is_float):  # f32 hi + f32 lo, exact to ~48 bits
                 t = t.cast(DType.f64) + self._f32(float(np.float32(float(value) - hi))).cast(DType.f64)
@@ -108,7 +119,7 @@ class Graph:
         """i32 tensor of `shape` whose element at flat index z is `index(z)` (an Expression in z)."""
         from luminal.tensor import GraphTensor
 
-        tr = ShapeTracker.new(tuple(shape))
+        tr = ShapeTracker.new(shape_tuple(shape, "iota"))
         n = tr.n_elements()
         nid = self.add(Iota(expr(index), n), (), DType.i32, n)
         return GraphTensor(self, nid, tr, DType.i32)
@@ -118,9 +129,7 @@ class Graph:
         return self.iota("z", (n,))
 
     def full(self, shape: Sequence[ExprLike], value: float, dtype: object = DType.f32) -> GraphTensor:
-        if isinstance(shape, (int, str, Expression)):
-            shape = (shape,)
-        return self.constant(value, dtype).expand(*shape)
+        return self.constant(value, dtype).expand(*shape_tuple(shape, "full"))
 
     def zeros(self, shape: Sequence[ExprLike], dtype: object = DType.f32) -> GraphTensor:
         return self.full(shape, 0, dtype)

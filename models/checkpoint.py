@@ -37,8 +37,8 @@ _ST_DTYPES = {
 }  # fmt: skip
 
 
-def read_config(model_dir: str | Path) -> dict:
-    path = Path(model_dir) / "config.json"
+def read_config(model_dir: str | Path, name: str = "config.json") -> dict:
+    path = Path(model_dir) / name
     if not path.is_file():
         raise CheckpointError(f"{model_dir}: no config.json (expected a Hugging Face model directory)")
     return json.loads(path.read_text())
@@ -134,10 +134,8 @@ def bind(names: Mapping[str, tuple[tuple[int, ...], np.dtype]], source, progress
     missing = [n for n in names if n not in source]
     if missing:
         have = sorted(source)[:6]
-        raise MissingWeightError(
-            f"checkpoint has no tensor {missing[0]!r}" + (f" (and {len(missing) - 1} more missing)" if missing[1:] else "")
-            + f"; it has e.g. {have}"
-        )  # fmt: skip
+        more = f" (and {len(missing) - 1} more missing)" if missing[1:] else ""
+        raise MissingWeightError(f"checkpoint has no tensor {missing[0]!r}{more}; it has e.g. {have}")
     out = {}
     items = progress(names.items(), "loading weights") if progress else names.items()
     for name, (shape, dt) in items:

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 import luminal as lm
 from luminal.errors import InputError
 from luminal.graph import Graph
-from models.checkpoint import CheckpointError, bind
+from models.checkpoint import Safetensors, UnsupportedModelError, bind, read_config
 
 
 def progress(items: Iterable, desc: str, total: int | None = None) -> Iterable:
@@ -118,7 +118,7 @@ class Stats:
 
     def line(self) -> str:
         return (f"TTFT {self.ttft_s * 1e3:.1f} ms | TPOT {self.tpot_ms:.1f} ms | {self.tokens_per_s:.2f} tok/s | "
-                f"compile {self.compile_s:.2f} s | prompt {self.prompt_tokens} + {self.new_tokens} new tokens")  # fmt: skip
+                f"compile {self.compile_s:.2f} s | {self.prompt_tokens} + {self.new_tokens} tokens")  # fmt: skip
 
 
 class Decoder:
@@ -178,8 +178,10 @@ class CausalLM:
         self.decoder.reset()
         return self.decoder.step(token_ids, rows=range(len(token_ids)))
 
-    def generate(self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler = Sampler(),
-                 stop_ids: Sequence[int] | None = None, on_token: Callable[[int], None] | None = None) -> list[int]:  # fmt: skip
+    def generate(
+        self, token_ids: Sequence[int], max_new_tokens: int, sampler: Sampler = Sampler(),
+        stop_ids: Sequence[int] | None = None, on_token: Callable[[int], None] | None = None,
+    ) -> list[int]:  # fmt: skip
         """Prefill, then decode one token at a time until `max_new_tokens` or a stop token; timing in self.stats."""
         stop = set(self.stop_ids if stop_ids is None else stop_ids)
         rng = sampler.rng()
@@ -234,12 +236,40 @@ def stop_ids_from(model_dir: str | Path | None, config: dict) -> list[int]:
     """EOS ids from generation_config.json (preferred) or config.json."""
     ids = config.get("eos_token_id")
     if model_dir is not None and (Path(model_dir) / "generation_config.json").is_file():
-        import json
-
-        ids = json.loads((Path(model_dir) / "generation_config.json").read_text()).get("eos_token_id", ids)
+        ids = read_config(model_dir, "generation_config.json").get("eos_token_id", ids)
     if ids is None:
         return []
     return [int(i) for i in (ids if isinstance(ids, list) else [ids])]
+
+
+# -- loading ---------------------------------------------------------------------------------------
+def decoder(model, weights: dict, backend: str) -> Decoder:
+    """The compiled step graph of a decoder-only `model` (llama.Transformer, gemma.Transformer)."""
+    return Decoder(
+        model.graph, model.cache_shapes, model.capacity, weights, backend, model.extra_inputs(), model.cfg.vocab_size
+    )
+
+
+def load_hf(model_dir, backend: str, max_seq: int, config_cls, architectures: dict, build) -> CausalLM:
+    """A decoder-only HF directory: check the architecture, read config.json into `config_cls`, build the
+    graph with `build(cfg, capacity)`, bind the safetensors weights by name, load the tokenizer."""
+    c = read_config(model_dir)
+    arch = (c.get("architectures") or ["?"])[0]
+    if arch not in architectures:
+        raise UnsupportedModelError(f"{model_dir}: architecture {arch!r} is not one of {sorted(architectures)}")
+    cfg = config_cls.from_hf(c)
+    model = build(cfg, min(max_seq, c.get("max_position_embeddings") or max_seq))
+    weights = bind(model.weight_shapes(), Safetensors.from_dir(model_dir), progress)
+    stop = stop_ids_from(model_dir, c)
+    return CausalLM(decoder(model, weights, backend), load_tokenizer(model_dir), stop, arch)
+
+
+def load_random_preset(cfg, backend: str, max_seq: int, layers: int | None, seed: int, build) -> CausalLM:
+    """Random weights at `cfg`'s real shapes (optionally only the first `layers` layers), for benchmarks."""
+    if layers is not None:
+        cfg = replace(cfg, n_layers=layers)
+    model = build(cfg, max_seq)
+    return CausalLM(decoder(model, random_weights(model.weight_shapes(), seed), backend), None, (), "random")
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -265,7 +295,7 @@ def lm_main(argv: list[str] | None, name: str, load: Callable, load_random: Call
         else:
             model = load_random(args.random, backend=args.backend, max_seq=args.max_seq, layers=args.layers,
                                 seed=args.seed)  # fmt: skip
-    except CheckpointError as e:
+    except lm.LuminalError as e:
         sys.exit(f"error: {e}")
     tok = model.tokenizer
     if tok is not None:
@@ -273,7 +303,7 @@ def lm_main(argv: list[str] | None, name: str, load: Callable, load_random: Call
         print(args.prompt, end="", flush=True)
     else:
         ids = [int(i) for i in np.random.default_rng(args.seed).integers(0, min(1000, model.vocab_size), 8)]
-        print(f"(random weights, no tokenizer) prompt ids {ids}\n", end="", flush=True)
+        print(f"(no tokenizer.json: random prompt ids {ids})", flush=True)
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
     model.generate(ids, args.max_new_tokens, sampler, on_token=TextStream(tok))
     print()

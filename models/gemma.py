@@ -11,8 +11,7 @@ import luminal as lm
 from luminal import nn
 from luminal.nn.rope import RopeConfig, inv_freq, rope_config
 from luminal.shape.expr import dim
-from models import llama
-from models.common import graph_weights, lm_main
+from models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,10 @@ class Transformer:
         s, p = dim("s"), dim("p")
         tokens, rows = g.tensor("tokens", ("s",), lm.i32), g.tensor("rows", ("r",), lm.i32)
         embed = nn.Embedding(g, "model.embed_tokens", cfg.vocab_size, cfg.dim)
-        ropes = {False: nn.RoPE(g, "rope_global", cfg.head_dim, p, s), True: nn.RoPE(g, "rope_local", cfg.head_dim, p, s)}
+        ropes = {
+            False: nn.RoPE(g, "rope_global", cfg.head_dim, p, s),
+            True: nn.RoPE(g, "rope_local", cfg.head_dim, p, s),
+        }
         x = embed(tokens) * float(math.sqrt(cfg.dim))  # (s, dim)
         for i in range(cfg.n_layers):
             x = Block(g, cfg, i, capacity)(x, ropes, p)
@@ -121,12 +123,12 @@ class Transformer:
 ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3"}
 
 
-def load(model_dir, backend: str = "auto", max_seq: int = 512) -> llama.CausalLM:
-    return llama.load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, build=Transformer)
+def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer)
 
 
 def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return llama.load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, build=Transformer)
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,14 +6,13 @@ capacity (luminal/nn/attention.py). Qwen 2/3 reuse this file's blocks (models/qw
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import luminal as lm
 from luminal import nn
 from luminal.nn.rope import RopeConfig, inv_freq, rope_config
 from luminal.shape.expr import dim
-from models.checkpoint import Safetensors, UnsupportedModelError, bind, read_config
-from models.common import CausalLM, Decoder, graph_weights, load_tokenizer, lm_main, random_weights, stop_ids_from
+from models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 
 
 @dataclass(frozen=True)
@@ -40,14 +39,14 @@ class Config:
 
     @classmethod
     def from_hf(cls, c: dict) -> Config:
-        heads = c["num_attention_heads"]
+        heads, bias = c["num_attention_heads"], bool(c.get("attention_bias", False))
         eos = c.get("eos_token_id")
         return cls(
             vocab_size=c["vocab_size"], dim=c["hidden_size"], n_layers=c["num_hidden_layers"], n_heads=heads,
             n_kv_heads=c.get("num_key_value_heads") or heads, hidden=c["intermediate_size"],
             head_dim=c.get("head_dim") or c["hidden_size"] // heads, norm_eps=c.get("rms_norm_eps", 1e-6),
             rope=rope_config(c), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-            qkv_bias=bool(c.get("attention_bias", False)), o_bias=bool(c.get("attention_bias", False)), act=c.get("hidden_act", "silu"),
+            qkv_bias=bias, o_bias=bias, act=c.get("hidden_act", "silu"),
             eos_token_id=tuple(eos if isinstance(eos, list) else [eos] if eos is not None else []),
         )  # fmt: skip
 
@@ -112,37 +111,12 @@ class Transformer:
 ARCHITECTURES = {"LlamaForCausalLM": "llama"}
 
 
-def decoder(model: Transformer, weights: dict, backend: str) -> Decoder:
-    return Decoder(model.graph, model.cache_shapes, model.capacity, weights, backend, model.extra_inputs(),
-                   model.cfg.vocab_size)
-
-
-def load_hf(model_dir, backend: str, max_seq: int, config_cls, architectures: dict, build=Transformer) -> CausalLM:
-    """Shared by llama/qwen/gemma: read config.json, build the graph, bind the safetensors weights."""
-    c = read_config(model_dir)
-    arch = (c.get("architectures") or ["?"])[0]
-    if arch not in architectures:
-        raise UnsupportedModelError(f"{model_dir}: architecture {arch!r} is not one of {sorted(architectures)}")
-    cfg = config_cls.from_hf(c)
-    model = build(cfg, min(max_seq, c.get("max_position_embeddings") or max_seq))
-    weights = bind(model.weight_shapes(), Safetensors.from_dir(model_dir))
-    stop = stop_ids_from(model_dir, c)
-    return CausalLM(decoder(model, weights, backend), load_tokenizer(model_dir), stop, arch)
-
-
-def load_random_preset(cfg, backend: str, max_seq: int, layers: int | None, seed: int, build=Transformer) -> CausalLM:
-    if layers is not None:
-        cfg = replace(cfg, n_layers=layers)
-    model = build(cfg, max_seq)
-    return CausalLM(decoder(model, random_weights(model.weight_shapes(), seed), backend), None, (), "random")
-
-
 def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
-    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES)
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer)
 
 
 def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed)
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer)
 
 
 def main(argv: list[str] | None = None) -> None:

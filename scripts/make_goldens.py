@@ -21,8 +21,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import (
-    Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-    Qwen3ForCausalLM, WhisperConfig, WhisperForConditionalGeneration,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    WhisperConfig,
+    WhisperForConditionalGeneration,
 )  # fmt: skip
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "models" / "goldens"
@@ -64,8 +72,9 @@ def decode_golden(model, ids: torch.Tensor) -> dict:
         past = out.past_key_values
         step_logits.append(out.logits[0, -1])
         tok = out.logits[0, -1].argmax()
-    return {"input_ids": ids[0].to(torch.int32), "logits": logits.contiguous(),
-            "decode_ids": torch.tensor(steps, dtype=torch.int32), "decode_logits": torch.stack(step_logits)}  # fmt: skip
+    decode_ids = torch.tensor(steps, dtype=torch.int32)
+    return {"input_ids": ids[0].to(torch.int32), "logits": logits.contiguous(), "decode_ids": decode_ids,
+            "decode_logits": torch.stack(step_logits)}  # fmt: skip
 
 
 def save(name: str, model, golden: dict) -> None:

@@ -178,8 +178,9 @@ def check_op(
     """Check one op (or one graph of variants) against numpy on one hypothesis example.
 
     `data` is hypothesis' `st.data()` object. `extra_dims` are dim names that no input shape fixes
-    (they are drawn, passed in `dims=`, and given to `ref` as `dims=`). `prep` may rewrite the drawn arrays (e.g. to make
-    indices valid for the drawn sizes). `out_dtypes` asserts the graph dtype of named outputs.
+    (they are drawn, passed in `dims=`, and given to `ref` as `dims=`). `prep(arrays, dims)` may
+    rewrite the drawn arrays (e.g. to make indices valid for the drawn sizes). `out_dtypes` asserts
+    the graph dtype of named outputs.
     `tol` scales the dtype's tolerance (a number, or per output name; 0 = exact).
     """
     dt = to_dtype(dtype)

@@ -62,7 +62,9 @@ def get_backend(name: str) -> Backend:
     try:
         factory = _FACTORIES[name]
     except KeyError:
-        raise BackendError(f"unknown backend {name!r}: use one of {sorted({*_FACTORIES, 'reference', 'cuda'})}") from None
+        raise BackendError(
+            f"unknown backend {name!r}: use one of {sorted({*_FACTORIES, 'reference', 'cuda'})}"
+        ) from None
     be = factory()
     if not isinstance(be, Backend):
         raise BackendError(f"backend {name!r} does not implement luminal.backends.base.Backend")

@@ -4,7 +4,8 @@ Key = sha256(program text + backend name + device + luminal version + cache form
 a directory `<root>/<key[:2]>/<key>/` holding `egraph.json.gz` (egglog's serialized e-graph) and
 `plan-<search key>.json` (the chosen LLIR per search settings). Every file is written to a temp
 file and moved into place with os.replace, and carries its own key and a checksum of its payload:
-anything unreadable, corrupt or stale is ignored (logged) and rebuilt, never trusted.
+anything unreadable, corrupt or stale is ignored (logged) and rebuilt, never trusted. The cache keeps
+the MAX_ENTRIES most recently written entries.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +25,7 @@ from luminal.hlir.op import Op
 
 log = logging.getLogger(__name__)
 FORMAT = 1
+MAX_ENTRIES = 2000  # compiled graphs kept; older entries are pruned when a new e-graph is stored
 
 
 def cache_key(*parts: str) -> str:
@@ -51,12 +54,29 @@ class CompileCache:
 
     def store_egraph(self, key: str, data: dict) -> None:
         self._store(key, "egraph.json.gz", data, compressed=True)
+        self.prune()
+
+    def prune(self, max_entries: int = MAX_ENTRIES) -> int:
+        """Remove the least recently written entries beyond `max_entries`; returns how many went."""
+        if self.root is None or not self.root.exists():
+            return 0
+        entries = [d for sub in self.root.iterdir() if sub.is_dir() for d in sub.iterdir() if d.is_dir()]
+        if len(entries) <= max_entries:
+            return 0
+        entries.sort(key=lambda d: d.stat().st_mtime)
+        gone = entries[: len(entries) - max_entries]
+        for d in gone:
+            shutil.rmtree(d, ignore_errors=True)
+        return len(gone)
 
     # -- plans ---------------------------------------------------------------------------------------
-    def load_plan(self, key: str, search_key: str, ops: Mapping[str, type[Op]]) -> LLIRGraph | None:
+    def load_plan(
+        self, key: str, search_key: str, ops: Mapping[str, type[Op]]
+    ) -> tuple[LLIRGraph, dict] | tuple[None, None]:
+        """The stored plan and its compile facts (e-graph sizes, search summary), or (None, None)."""
         payload = self._load(key, f"plan-{search_key}.json", compressed=False)
         if payload is None:
-            return None
+            return None, None
         try:
             llir = LLIRGraph.from_json(payload["llir"], ops)
             llir.validate()
@@ -64,12 +84,12 @@ class CompileCache:
                 raise ValueError("fingerprint mismatch")
         except Exception as e:  # noqa: BLE001 - any decoding failure means "rebuild"
             log.warning("compile cache: ignoring unusable plan %s/%s (%s)", key[:12], search_key, e)
-            return None
-        return llir
+            return None, None
+        return llir, dict(payload.get("meta", {}))
 
-    def store_plan(self, key: str, search_key: str, llir: LLIRGraph) -> None:
-        self._store(key, f"plan-{search_key}.json", {"llir": llir.to_json(), "fingerprint": llir.fingerprint()},
-                    compressed=False)  # fmt: skip
+    def store_plan(self, key: str, search_key: str, llir: LLIRGraph, meta: Mapping[str, object]) -> None:
+        body = {"llir": llir.to_json(), "fingerprint": llir.fingerprint(), "meta": dict(meta)}
+        self._store(key, f"plan-{search_key}.json", body, compressed=False)
 
     # -- files ---------------------------------------------------------------------------------------
     def _load(self, key: str, name: str, compressed: bool) -> dict | None:

@@ -11,7 +11,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -87,60 +87,93 @@ class BucketExecutor:
         raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")
 
 
-def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple[Executor, list[LLIRGraph], dict]:
-    t_start = time.perf_counter()
-    registry = OpRegistry((*HLIR_OPS, *backend.ops))
-    runnable = {c.__name__ for c in (*backend.hlir_ops, *backend.ops)}
-    prefer = {c.__name__ for c in backend.ops}
-    cache = CompileCache(flags.cache_dir() if opts.cache else None)
-    stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0, "egraph_classes": 0,
-                   "time_serialize_s": 0.0, "time_saturate_s": 0.0, "time_extract_s": 0.0, "time_search_s": 0.0,
-                   "cache_hit": True, "phases": [], "buckets": []}  # fmt: skip
-    t = time.perf_counter()
-    head = prog.prelude(registry, backend.rulesets, backend.phases)
-    phases_text = "\n".join(p.text() for p in backend.phases)
-    stats["time_serialize_s"] += time.perf_counter() - t
-    plans: list[tuple[Bounds, LLIRGraph]] = []
-    for bounds in bucket_bounds(graph, opts.buckets):
+class _Compilation:
+    """The state one `compile` shares across its buckets: backend, ops, prelude, cache, stats."""
+
+    def __init__(self, graph: Graph, backend: Backend, opts: CompileOptions):
+        self.graph, self.backend, self.opts = graph, backend, opts
+        self.registry = OpRegistry((*HLIR_OPS, *backend.ops))
+        self.op_classes = {n: sp.cls for n, sp in self.registry.specs.items()}
+        self.runnable = {c.__name__ for c in (*backend.hlir_ops, *backend.ops)}
+        self.prefer = {c.__name__ for c in backend.ops}
+        self.cache = CompileCache(flags.cache_dir() if opts.cache else None)
+        self.dump = flags.dump_dir()
+        self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,
+                            "egraph_classes": 0, "time_serialize_s": 0.0, "time_saturate_s": 0.0,
+                            "time_extract_s": 0.0, "time_search_s": 0.0, "cache_hit": True, "phases": [],
+                            "buckets": []}  # fmt: skip
         t = time.perf_counter()
-        gp = prog.serialize_graph(graph, registry, bounds)
-        text = head + gp.text + phases_text
-        key = cache_key(text, backend.name, backend.device, _version())
-        skey = cache_key(json.dumps(asdict(opts.search())), json.dumps(sorted(opts.profile_dims.items())))[:16]
-        stats["time_serialize_s"] += time.perf_counter() - t
-        stats["live_hlir_nodes"] = gp.n_nodes
-        _dump(head, gp, key)
-        llir = cache.load_plan(key, skey, {n: s.cls for n, s in registry.specs.items()})
-        info: dict = {"bounds": bounds, "cache": "plan" if llir is not None else "miss"}
+        self.head = prog.prelude(self.registry, backend.rulesets, backend.phases)
+        self.phases_text = "\n".join(p.text() for p in backend.phases)
+        self.search_key = cache_key(json.dumps(asdict(opts.search())), json.dumps(sorted(opts.profile_dims.items())))
+        self.stats["time_serialize_s"] += time.perf_counter() - t
+
+    def bucket(self, bounds: Bounds) -> LLIRGraph:
+        """The plan of one bucket: from the cache, or saturate + extract + search (and store it)."""
+        st = self.stats
+        t = time.perf_counter()
+        gp = prog.serialize_graph(self.graph, self.registry, bounds)
+        key = cache_key(self.head + gp.text + self.phases_text, self.backend.name, self.backend.device, _version())
+        skey = self.search_key[:16]
+        st["time_serialize_s"] += time.perf_counter() - t
+        st["live_hlir_nodes"] = gp.n_nodes
+        self._dump(f"{key[:12]}.egg", lambda: self.head + gp.text)
+        llir, meta = self.cache.load_plan(key, skey, self.op_classes)
         if llir is None:
-            data = cache.load_egraph(key)
-            if data is None:
-                stats["cache_hit"] = False
-                res = saturate(head, gp, backend.phases)
-                data = res.egraph_json
-                stats["time_saturate_s"] += res.time_load_s + res.time_saturate_s
-                stats["time_extract_s"] += res.time_serialize_s
-                stats["phases"] += [_phase_row(p) for p in res.phases]
-                cache.store_egraph(key, data)
-            else:
-                info["cache"] = "egraph"
-            t = time.perf_counter()
-            view = EGraphView(data, registry, runnable)
-            stats["time_extract_s"] += time.perf_counter() - t
-            stats["egraph_nodes"] += view.n_nodes
-            stats["egraph_classes"] += view.n_classes
-            env = _profile_env(graph, bounds, opts.profile_dims)
-            t = time.perf_counter()
-            found = search(view, lambda ll: backend.profile(ll, env), prefer, opts.search())
-            stats["time_search_s"] += time.perf_counter() - t
-            llir = found.best.llir
-            info |= {"choice_sets": found.n_choice_sets, "profiled": found.n_profiled, "cost": found.best.cost}
-            cache.store_plan(key, skey, llir)
-        plans.append((bounds, llir))
-        stats["buckets"].append(info)
+            llir, meta = self._search(gp, key, bounds)
+            self.cache.store_plan(key, skey, llir, meta)
+        else:
+            meta["cache"] = "plan"
+        for k in ("egraph_nodes", "egraph_classes"):
+            st[k] += int(meta.get(k, 0))
+        st["buckets"].append({"bounds": bounds} | {k: v for k, v in meta.items() if not k.startswith("egraph")})
+        self._dump(f"{key[:12]}-{skey}.html", llir.to_html)
+        return llir
+
+    def _search(self, gp: prog.GraphProgram, key: str, bounds: Bounds) -> tuple[LLIRGraph, dict]:
+        st = self.stats
+        meta: dict = {"cache": "miss"}
+        data = self.cache.load_egraph(key)
+        if data is None:
+            st["cache_hit"] = False
+            res = saturate(self.head, gp, self.backend.phases)
+            data = res.egraph_json
+            st["time_saturate_s"] += res.time_load_s + res.time_saturate_s
+            st["time_extract_s"] += res.time_serialize_s
+            st["phases"] += [_phase_row(p) for p in res.phases]
+            self.cache.store_egraph(key, data)
+        else:
+            meta["cache"] = "egraph"
+        t = time.perf_counter()
+        view = EGraphView(data, self.registry, self.runnable)
+        st["time_extract_s"] += time.perf_counter() - t
+        env = _profile_env(self.graph, bounds, self.opts.profile_dims)
+        t = time.perf_counter()
+        found = search(view, lambda ll: self.backend.profile(ll, env), self.prefer, self.opts.search())
+        st["time_search_s"] += time.perf_counter() - t
+        missing = set(self.graph.outputs) - set(found.best.llir.outputs)
+        if missing:
+            raise CompileError(f"the extracted plan lacks outputs {sorted(missing)} (extractor bug)")
+        meta |= {"egraph_nodes": view.n_nodes, "egraph_classes": view.n_classes, "choice_sets": found.n_choice_sets,
+                 "profiled": found.n_profiled, "cost": found.best.cost}  # fmt: skip
+        return found.best.llir, meta
+
+    def _dump(self, name: str, content: Callable[[], str]) -> None:
+        """LUMINAL_DUMP: write `content()` (computed only when dumping) as `name` in the dump dir."""
+        if self.dump is not None:
+            self.dump.mkdir(parents=True, exist_ok=True)
+            Path(self.dump, name).write_text(content())
+
+
+def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple[Executor, list[LLIRGraph], dict]:
+    """Plans for every bucket, their executor (bucket dispatch if several) and the stats dict."""
+    t_start = time.perf_counter()
+    comp = _Compilation(graph, backend, opts)
+    plans = [(b, comp.bucket(b)) for b in bucket_bounds(graph, opts.buckets)]
     executors = [(b, backend.load(ll)) for b, ll in plans]
     executor = executors[0][1] if len(executors) == 1 and not executors[0][0] else BucketExecutor(executors)
     llirs = [ll for _, ll in plans]
+    stats = comp.stats
     stats["llir_nodes"] = sum(len(ll) for ll in llirs)
     stats["llir_ops"] = llirs[0].op_counts() if len(llirs) == 1 else [ll.op_counts() for ll in llirs]
     stats["time_total_s"] = time.perf_counter() - t_start
@@ -149,9 +182,20 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     return executor, llirs, stats
 
 
+def build_egraph(graph: Graph, backend: Backend, bounds: Bounds | None = None) -> EGraphView:
+    """Saturate `graph` under `backend` (no cache, no search) and return the filtered e-graph view:
+    what tests and tools use to ask which rewrites fired and to sample extractions."""
+    registry = OpRegistry((*HLIR_OPS, *backend.ops))
+    runnable = {c.__name__ for c in (*backend.hlir_ops, *backend.ops)}
+    head = prog.prelude(registry, backend.rulesets, backend.phases)
+    res = saturate(head, prog.serialize_graph(graph, registry, bounds or {}), backend.phases)
+    return EGraphView(res.egraph_json, registry, runnable)
+
+
 def _phase_row(p: PhaseReport) -> dict:
-    top = dict(sorted(((k, v) for k, v in p.matches.items() if v), key=lambda kv: -kv[1])[:8])
-    return {"phase": p.name, "seconds": p.seconds, "iterations": p.iterations, "matches": p.total_matches, "top": top}
+    rules = dict(sorted(((k, v) for k, v in p.matches.items() if v), key=lambda kv: (-kv[1], kv[0])))
+    return {"phase": p.name, "seconds": p.seconds, "iterations": p.iterations, "matches": p.total_matches,
+            "rules": rules}  # fmt: skip
 
 
 def _profile_env(graph: Graph, bounds: Bounds, dims: Mapping[str, int]) -> dict[str, int]:
@@ -171,19 +215,11 @@ def format_stats(stats: Mapping) -> str:
             f"{stats['egraph_classes']} classes, llir={stats['llir_nodes']}, cache_hit={stats['cache_hit']}",
             f"  {'phase':<12}{'seconds':>9}{'iters':>7}{'matches':>9}  top rules"]  # fmt: skip
     for p in stats["phases"]:
-        top = ", ".join(f"{k}={v}" for k, v in p["top"].items())
+        top = ", ".join(f"{k}={v}" for k, v in list(p["rules"].items())[:8])
         rows.append(f"  {p['phase']:<12}{p['seconds']:>9.4f}{p['iterations']:>7}{p['matches']:>9}  {top}")
     for k in ("time_serialize_s", "time_saturate_s", "time_extract_s", "time_search_s", "time_total_s"):
         rows.append(f"  {k:<18}{stats[k]:>9.4f}")
     return "\n".join(rows)
-
-
-def _dump(head: str, gp: prog.GraphProgram, key: str) -> None:
-    d = flags.dump_dir()
-    if d is None:
-        return
-    d.mkdir(parents=True, exist_ok=True)
-    Path(d, f"{key[:12]}.egg").write_text(head + gp.text)
 
 
 def _version() -> str:

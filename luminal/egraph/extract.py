@@ -62,7 +62,7 @@ class EGraphView:
         self.members: dict[int, list[int]] = {}
         self.dtype_of: dict[int, int] = {}  # IR class -> DType class (the `dtype` function table)
         self.prim: dict[int, str] = {}
-        for nid, n in raw_nodes.items():
+        for n in raw_nodes.values():
             c = cid(n["eclass"])
             sort = self.class_sort[c]
             if sort in SCALAR_SORTS:

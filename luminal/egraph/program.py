@@ -80,7 +80,9 @@ def _is_shape_field(name: str) -> bool:
     return name == "shape" or name.endswith("_shape")
 
 
-def serialize_graph(graph: Graph, registry: OpRegistry, bounds: Mapping[str, tuple[int, int]] | None = None) -> GraphProgram:
+def serialize_graph(
+    graph: Graph, registry: OpRegistry, bounds: Mapping[str, tuple[int, int]] | None = None
+) -> GraphProgram:
     """The graph as egglog commands (see module docstring); `bounds` become lower/upper facts."""
     if not graph.outputs:
         raise CompileError("the graph has no outputs: mark at least one tensor with .output(name)")

@@ -49,7 +49,8 @@ class OpSpec:
         """The op whose decoded field values are `values` (egglog argument order)."""
         kw = {f: _coerce(s, v) for (f, s), v in zip(self.fields, values, strict=True)}
         try:
-            return self.cls(**kw)
+            hook = getattr(self.cls, "from_fields", None)  # an op may rebuild itself (e.g. derived fields)
+            return hook(**kw) if hook is not None else self.cls(**kw)
         except Exception as e:  # noqa: BLE001 - a malformed e-node is a compiler bug; say which op
             raise CompileError(f"cannot rebuild {self.name} from e-node fields {kw}: {e}") from e
 

@@ -18,7 +18,10 @@ EXPR = "expr"  # symbolic-dim algebra (expr.egg)
 INTERVAL = "interval"  # bound propagation from dim buckets (interval.egg)
 DTYPE_PROP = "dtype_prop"  # dtype of new IR nodes (the ops' .egg files)
 CLEANUP = "cleanup"  # drop helper facts before serialization (cleanup.egg)
-CORE_RULESETS = (EXPR, INTERVAL, DTYPE_PROP, CLEANUP)
+# N-D matmul = lower-rank matmul (luminal/hlir/matmul_flatten.egg); declared by the core, scheduled
+# by backends whose library rules want 2-D / strided-batch patterns (the CUDA backend)
+MATMUL_FLATTEN = "matmul_flatten"
+CORE_RULESETS = (EXPR, INTERVAL, DTYPE_PROP, CLEANUP, MATMUL_FLATTEN)
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*\Z")
 

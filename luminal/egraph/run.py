@@ -51,11 +51,33 @@ def _exec(eg: eb.EGraph, text: str, what: str) -> list:
         raise CompileError(f"egglog rejected the {what}: {str(e)[:2000]}") from None
 
 
+# Loaded preludes, reused across compiles in this process: the graph runs between (push) and (pop),
+# so each compile sees exactly the prelude state. An e-graph is taken out of the pool while in use
+# (concurrent compiles build their own) and only returned after a clean pop.
+_POOL: dict[str, eb.EGraph] = {}
+_POOL_MAX = 4
+
+
+def _take(prelude: str) -> eb.EGraph:
+    eg = _POOL.pop(prelude, None)
+    if eg is None:
+        eg = eb.EGraph()
+        _exec(eg, prelude, "program prelude (sorts and rules)")
+    _exec(eg, "(push)", "push")
+    return eg
+
+
+def _give_back(prelude: str, eg: eb.EGraph) -> None:
+    _exec(eg, "(pop)", "pop")
+    if len(_POOL) >= _POOL_MAX:
+        _POOL.pop(next(iter(_POOL)))
+    _POOL[prelude] = eg
+
+
 def saturate(prelude: str, graph: GraphProgram, phases: Sequence[Phase]) -> RunResult:
     """Run `prelude` + the graph program under `phases`; return the serialized e-graph."""
     t0 = time.perf_counter()
-    eg = eb.EGraph()
-    _exec(eg, prelude, "program prelude (sorts and rules)")
+    eg = _take(prelude)
     for chunk in graph.chunks():
         _exec(eg, chunk, "graph program")
     t1 = time.perf_counter()
@@ -74,6 +96,7 @@ def saturate(prelude: str, graph: GraphProgram, phases: Sequence[Phase]) -> RunR
     except eb.EggSmolError as e:
         raise CompileError(f"egglog could not serialize the e-graph: {e}") from None
     t3 = time.perf_counter()
+    _give_back(prelude, eg)
     return RunResult(data, reports, t1 - t0, t2 - t1, t3 - t2)
 
 

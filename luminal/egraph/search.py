@@ -62,32 +62,35 @@ def search(
     n_sets = view.n_choice_sets()
     seen: dict[str, Candidate] = {}
     stats = {"dup": 0, "fail": 0}
+    errors: list[str] = []
 
-    def consider(g: Genome, must: bool = False) -> Candidate | None:
+    def consider(g: Genome) -> Candidate | None:
+        """Extract, deduplicate and profile one genome; a failing candidate is counted, not fatal."""
         try:
             g = view.repair(g)
             llir = view.extract(g)
-        except LuminalError:
-            if must:
-                raise
+            fp = llir.fingerprint()
+            if fp in seen:
+                stats["dup"] += 1
+                return None
+            cand = Candidate(g, llir, float(profile(llir)) if n_sets > 1 else 0.0, fp)
+        except LuminalError as e:
             stats["fail"] += 1
+            errors.append(f"{type(e).__name__}: {e}")
             return None
-        fp = llir.fingerprint()
-        if fp in seen:
-            stats["dup"] += 1
-            return None
-        cand = Candidate(g, llir, float(profile(llir)) if n_sets > 1 else 0.0, fp)
         seen[fp] = cand
         return cand
 
-    consider(view.preferred_genome(prefer), must=True)
-    if n_sets > 1:
+    consider(view.preferred_genome(prefer))
+    if n_sets > 1 or not seen:
         rng = random.Random(opts.seed)
         consider(view.grounded_genome())
         attempts = 0
         max_attempts = 8 * max(1, opts.budget)
 
         def out_of_budget() -> bool:
+            if n_sets == 1:
+                return True
             return (len(seen) >= min(opts.budget, n_sets) or attempts >= max_attempts
                     or time.perf_counter() - t0 > opts.time_limit_s)  # fmt: skip
 
@@ -103,7 +106,7 @@ def search(
                 attempts += 1
                 consider(_mutate(view, parent.genome, rng, opts.mutations))
     if not seen:
-        raise CompileError("search found no extractable candidate")
+        raise CompileError(f"search found no usable candidate ({stats['fail']} failed); first error: {errors[0]}")
     ranked = sorted(seen.values(), key=lambda c: c.cost)  # stable: ties keep discovery order
     res = SearchResult(ranked[0], ranked, n_sets, len(seen), stats["dup"], stats["fail"], time.perf_counter() - t0)
     log.debug("search: %d choice sets, %d profiled, %d duplicates, %d failed, best cost %.4g",

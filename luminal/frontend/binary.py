@@ -14,8 +14,7 @@ import numpy as np
 
 from luminal.dtype import DType
 from luminal.errors import DTypeError
-from luminal.hlir import Add, LessThan, MaxReduce, Mod, Mul
-from luminal.shape.expr import z
+from luminal.hlir import Add, LessThan, Mod, Mul
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
@@ -283,5 +282,3 @@ def pow(a, e):
     signed = lt(a, 0.0) | lt(a.reciprocal(), 0.0)  # negative base, -0.0 included (1/-0 = -inf)
     out = where(signed & is_int & odd, neg(mag), where(lt(a, 0.0) & ~is_int, math.nan, mag))
     return where(eq(e, 0.0) | eq(a, 1.0), 1.0, out)  # x ** 0 = 1 ** y = 1, NaNs included (numpy)
-
-

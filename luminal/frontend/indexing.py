@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 from luminal.dtype import DType
 from luminal.errors import DTypeError, ShapeError
 from luminal.frontend.binary import lift
-from luminal.frontend.movement import broadcast_shapes, expand, flat_strides, norm_axis, scatter_flat, unflatten_index, unsqueeze
+from luminal.frontend.movement import (
+    broadcast_shapes,
+    expand,
+    flat_strides,
+    norm_axis,
+    scatter_flat,
+    unflatten_index,
+    unsqueeze,
+)
 from luminal.hlir import Gather
 from luminal.shape.expr import ZERO, Expression, ge, z
 
@@ -18,6 +26,10 @@ if TYPE_CHECKING:
 
 
 def _index_tensor(idx: GraphTensor, op: str) -> GraphTensor:
+    from luminal.tensor import GraphTensor
+
+    if not isinstance(idx, GraphTensor):
+        raise DTypeError(f"{op}: indices must be an integer tensor, got {type(idx).__name__} {idx!r}")
     if not idx.dtype.is_int:
         raise DTypeError(f"{op}: indices must be an integer tensor, got {idx.dtype}")
     return idx if idx.dtype == DType.i32 else idx.cast(DType.i32)
@@ -166,11 +178,21 @@ def triu(t: GraphTensor, k: int = 0) -> GraphTensor:
     return _tri(t, k, False)
 
 
+def _tensor_list(ts, op: str) -> list[GraphTensor]:
+    from luminal.tensor import GraphTensor
+
+    if not isinstance(ts, (list, tuple)) or not all(isinstance(t, GraphTensor) for t in ts):
+        raise ShapeError(f"{op} takes a list of tensors, got {ts!r}")
+    if not ts:
+        raise ShapeError(f"{op} of an empty list")
+    if any(t.graph is not ts[0].graph for t in ts):
+        raise ShapeError(f"{op}: the tensors belong to different graphs")
+    return list(ts)
+
+
 def concat(ts: Sequence[GraphTensor], axis: int = 0) -> GraphTensor:
     """Join along `axis`: every piece is scattered into its slot of one output buffer."""
-    ts = list(ts)
-    if not ts:
-        raise ShapeError("concat of an empty list")
+    ts = _tensor_list(ts, "concat")
     t0 = ts[0]
     a = norm_axis(t0, axis, op="concat")
     for t in ts[1:]:
@@ -195,8 +217,7 @@ def concat(ts: Sequence[GraphTensor], axis: int = 0) -> GraphTensor:
 
 
 def stack(ts: Sequence[GraphTensor], axis: int = 0) -> GraphTensor:
-    ts = list(ts)
-    if not ts:
-        raise ShapeError("stack of an empty list")
+    """Join along a new axis (numpy's stack: every tensor has the same shape)."""
+    ts = _tensor_list(ts, "stack")
     a = norm_axis(ts[0], axis, 1, "stack")
     return concat([unsqueeze(t, a) for t in ts], a)

@@ -13,6 +13,12 @@ if TYPE_CHECKING:
 
 def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     """numpy matmul semantics: 1-D operands gain (and then lose) an axis; batch dims broadcast."""
+    from luminal.tensor import GraphTensor
+
+    if not isinstance(b, GraphTensor):
+        raise DTypeError(f"matmul: the right operand must be a tensor, got {type(b).__name__}; use * for scalars")
+    if b.graph is not a.graph:
+        raise DTypeError("matmul: the two tensors belong to different graphs")
     if a.dtype != b.dtype:
         raise DTypeError(f"matmul: dtypes differ ({a.dtype} @ {b.dtype}); cast one side")
     if a.ndim == 0 or b.ndim == 0:

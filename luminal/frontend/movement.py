@@ -19,9 +19,17 @@ if TYPE_CHECKING:
 
 def norm_axis(t: GraphTensor, axis: int, extra: int = 0, op: str = "op") -> int:
     n = t.ndim + extra
-    if not isinstance(axis, int) or not -n <= axis < max(n, 1):
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) or not -n <= axis < max(n, 1):
         raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of shape {list(t.shape)}")
     return axis % n if n else 0
+
+
+def axis_list(axis, op: str) -> list[int]:
+    """An int or a sequence of ints as a list (ShapeError for anything else)."""
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis) if isinstance(axis, (tuple, list)) else None
+    if axes is None or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
+        raise ShapeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+    return [int(a) for a in axes]
 
 
 def same_dim(a: Expression, b: Expression) -> bool:
@@ -83,7 +91,7 @@ def squeeze(t: GraphTensor, axis: int | Sequence[int] | None = None) -> GraphTen
     if axis is None:
         axes = [k for k, d in enumerate(t.shape) if d == 1]
     else:
-        axes = [norm_axis(t, a, op="squeeze") for a in ([axis] if isinstance(axis, int) else axis)]
+        axes = [norm_axis(t, a, op="squeeze") for a in axis_list(axis, "squeeze")]
         for a in axes:
             if t.shape[a] != 1:
                 raise ShapeError(f"squeeze: axis {a} of shape {list(t.shape)} has size {t.shape[a]}, not 1")
@@ -112,7 +120,10 @@ def expand(t: GraphTensor, *shape: ExprLike) -> GraphTensor:
         if v.dims[k] is w:
             continue
         if v.dims[k] != 1:
-            raise ShapeError(f"expand: axis {k} of shape {list(t.shape)} is {v.dims[k]}, cannot broadcast to {w}")
+            raise ShapeError(
+                f"expand: cannot broadcast shape {list(t.shape)} to {list(shape)}: axis {k} is {v.dims[k]}, "
+                f"not 1, so it cannot become {w}"
+            )
         v = v.broadcast_axis(k, w)
     return t.with_view(v)
 
@@ -213,6 +224,9 @@ def repeat(t: GraphTensor, *reps: ExprLike) -> GraphTensor:
     while t.ndim < len(reps):
         t = unsqueeze(t, 0)
     reps = (1,) * (t.ndim - len(reps)) + tuple(reps)
+    for r in reps:
+        if expr(r).is_num and expr(r).value < 0:
+            raise ShapeError(f"repeat{tuple(reps)}: repetition counts must be >= 0 (shape {list(t.shape)})")
     v = t.view
     for k, r in enumerate(reps):
         if expr(r) != 1:
@@ -310,9 +324,7 @@ def _apply_slices(t: GraphTensor, plan: list[tuple[Expression, Expression, int]]
 
 def pad(t: GraphTensor, widths, value: float = 0.0) -> GraphTensor:
     """np.pad(constant): widths is ((before, after), ...) per axis, or one (before, after) for all."""
-    if isinstance(widths, int) or (len(widths) == 2 and all(isinstance(w, (int, str)) for w in widths)):
-        widths = [widths if not isinstance(widths, int) else (widths, widths)] * t.ndim
-    widths = [(expr(a), expr(b)) for a, b in widths]
+    widths = _pad_widths(t, widths)
     if len(widths) != t.ndim:
         raise ShapeError(f"pad: {len(widths)} (before, after) pairs given for a tensor of rank {t.ndim}")
     for a, b in widths:
@@ -326,6 +338,25 @@ def pad(t: GraphTensor, widths, value: float = 0.0) -> GraphTensor:
     for i, (a, _), s in zip(unflatten_index(t.shape), widths, inner, strict=True):
         idx_expr = idx_expr + (i + a) * s
     return scatter_flat(dest, g.iota(idx_expr, t.shape), t)
+
+
+def _pad_widths(t: GraphTensor, widths) -> list[tuple[Expression, Expression]]:
+    def width(w):
+        return isinstance(w, (int, str, Expression, np.integer)) and not isinstance(w, bool)
+
+    bad = ShapeError(f"pad: widths must be an int, a (before, after) pair or one pair per axis, got {widths!r}")
+    if width(widths):
+        widths = [(widths, widths)] * t.ndim
+    elif isinstance(widths, (tuple, list)) and len(widths) == 2 and all(width(w) for w in widths):
+        widths = [tuple(widths)] * t.ndim
+    if not isinstance(widths, (tuple, list)):
+        raise bad
+    out = []
+    for p in widths:
+        if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(width(w) for w in p)):
+            raise bad
+        out.append((expr(p[0]), expr(p[1])))
+    return out
 
 
 def scatter_flat(dest: GraphTensor, idx: GraphTensor, src: GraphTensor) -> GraphTensor:

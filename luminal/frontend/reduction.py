@@ -11,7 +11,15 @@ from luminal.dtype import DType
 from luminal.errors import DTypeError, ShapeError
 from luminal.frontend.binary import isnan
 from luminal.frontend.indexing import where
-from luminal.frontend.movement import expand, flat_strides, norm_axis, scatter_flat, unflatten_index, unsqueeze
+from luminal.frontend.movement import (
+    axis_list,
+    expand,
+    flat_strides,
+    norm_axis,
+    scatter_flat,
+    unflatten_index,
+    unsqueeze,
+)
 from luminal.hlir import Gather, MaxReduce, SumReduce
 from luminal.shape.expr import ZERO, Expression, ge, lt, z
 from luminal.shape.expr import prod as expr_prod
@@ -25,7 +33,7 @@ Axis = int | Sequence[int] | None
 def _axes(t: GraphTensor, axis: Axis, op: str) -> list[int]:
     if axis is None:
         return list(range(t.ndim))
-    axes = [axis] if isinstance(axis, int) else list(axis)
+    axes = axis_list(axis, op)
     out = sorted({norm_axis(t, a, op=op) for a in axes})
     if len(out) != len(axes):
         raise ShapeError(f"{op}: repeated axis in {axis}")
@@ -196,7 +204,7 @@ def topk(t, k: int, axis: int = -1):
     a = norm_axis(t, axis, op="topk")
     x = t.transpose(a, -1) if a != t.ndim - 1 else t
     n = x.shape[-1]
-    if not n.is_num or not 0 <= k <= n.value:
+    if not isinstance(k, int) or isinstance(k, bool) or not n.is_num or not 0 <= k <= n.value:
         raise ShapeError(f"topk: k={k} must be within the (concrete) size {n} of axis {a}")
     xi = unsqueeze(x, -1)  # (..., i, 1)
     xj = unsqueeze(x, -2)  # (..., 1, j)

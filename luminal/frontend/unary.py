@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,25 @@ LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
 
 
-def _unary(cls, t: GraphTensor, name: str) -> GraphTensor:
+def _need_float(t: GraphTensor, name: str) -> None:
     if not t.dtype.is_float:
         raise DTypeError(f"{name} of a {t.dtype} tensor: cast to a float dtype first, e.g. x.cast(lm.f32).{name}()")
+
+
+def _unary(cls, t: GraphTensor, name: str) -> GraphTensor:
+    _need_float(t, name)
     return t.graph.node(cls(t.shape, t.view.strides), [t], t.shape)
+
+
+def _float_op(fn):
+    """Composite float-only ops check the dtype under their own name (not that of a part)."""
+
+    @functools.wraps(fn)
+    def wrapped(t, *args, **kwargs):
+        _need_float(t, fn.__name__)
+        return fn(t, *args, **kwargs)
+
+    return wrapped
 
 
 def log2(t):
@@ -43,18 +59,22 @@ def reciprocal(t):
     return _unary(Recip, t, "reciprocal")
 
 
+@_float_op
 def exp(t):
     return exp2(t * LOG2E)
 
 
+@_float_op
 def log(t):
     return log2(t) * LN2
 
 
+@_float_op
 def cos(t):
     return sin(t + math.pi / 2)
 
 
+@_float_op
 def rsqrt(t):
     return reciprocal(sqrt(t))
 
@@ -79,23 +99,28 @@ def relu(t):
     return t.maximum(0)
 
 
+@_float_op
 def sigmoid(t):
     return reciprocal(exp(-t) + 1)
 
 
+@_float_op
 def silu(t):
     return t * sigmoid(t)
 
 
+@_float_op
 def tanh(t):
     return sigmoid(t * 2) * 2 - 1
 
 
+@_float_op
 def softplus(t):
     """log(1 + e^x), computed stably as relu(x) + log(1 + e^-|x|)."""
     return relu(t) + log(exp(-abs(t)) + 1)
 
 
+@_float_op
 def gelu(t):
     """Exact GELU x * Phi(x), erf by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7)."""
     x = t * (1 / math.sqrt(2))
@@ -107,6 +132,7 @@ def gelu(t):
     return t * (erf + 1) * 0.5
 
 
+@_float_op
 def gelu_tanh(t):
     """GELU with the tanh approximation (HF `gelu_pytorch_tanh`)."""
     inner = (t + t * t * t * 0.044715) * math.sqrt(2 / math.pi)

@@ -9,6 +9,7 @@ orders floats totally (+NaN above +inf, -NaN below -inf). An empty reduction giv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -35,6 +36,9 @@ class Reduce(Op):
 
 @dataclass(frozen=True)
 class SumReduce(Reduce):
+    # matmul_flatten: N-D Mul -> SumReduce matmuls equal lower-rank ones (the .egg says why)
+    RULES: ClassVar[tuple[str, ...]] = (Path(__file__).with_name("matmul_flatten.egg").read_text(),)
+
     def reference(self, ins, in_dtypes, env):
         dt = in_dtypes[0]
         if dt.name == "bool":

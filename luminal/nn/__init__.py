@@ -10,7 +10,7 @@ from __future__ import annotations
 from luminal.nn.attention import Attention, KVCache, causal_mask
 from luminal.nn.conv import Conv1d
 from luminal.nn.linear import Embedding, Linear, weight
-from luminal.nn.mlp import GatedMLP, MLP
+from luminal.nn.mlp import MLP, GatedMLP
 from luminal.nn.norm import LayerNorm, RMSNorm
 from luminal.nn.rope import RoPE, rope_config
 

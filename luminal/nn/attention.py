@@ -44,7 +44,9 @@ class KVCache:
         return k_all[:, : past + new], v_all[:, : past + new]
 
 
-def causal_mask(g: Graph, new: Expression, past: Expression, keys: Expression, window: int | None = None) -> GraphTensor:
+def causal_mask(
+    g: Graph, new: Expression, past: Expression, keys: Expression, window: int | None = None
+) -> GraphTensor:
     """(s, keys) bool: query i (at absolute position p+i) sees key j when j <= p+i, and, with a
     sliding window W, also j > p+i-W (the Hugging Face `sliding_window` convention)."""
     i, j = z // keys, z % keys
@@ -102,6 +104,10 @@ class Attention:
         if self.cache is not None:
             k, v = self.cache.update(g, k, v, past)  # (n_kv, p+s, hd)
         q = q.reshape(s, self.n_kv, groups, self.head_dim).permute(1, 2, 0, 3)  # (n_kv, groups, s, hd)
-        mask = causal_mask(g, s, past if self.cache is not None else ZERO, k.shape[1], self.window) if self.causal else None
+        mask = (
+            causal_mask(g, s, past if self.cache is not None else ZERO, k.shape[1], self.window)
+            if self.causal
+            else None
+        )
         out = attend(q, k, v, mask, self.scale)  # (n_kv, groups, s, hd)
         return self.o(out.permute(2, 0, 1, 3).reshape(s, self.n_heads * self.head_dim))  # (s, dim)

@@ -266,11 +266,17 @@ def _from_linear(terms: dict[Expression, int], c: int) -> Expression:
     while changed:
         changed = False
         for t, k in list(terms.items()):
-            if t.op == "mod" and k and t.args[1].op == "num" and t in terms:
+            if t.op == "mod" and k and t in terms:
                 a, n = t.args
                 d = _INTERN.get(("div", (a, n)))
-                if d is not None and terms.get(d, 0) == k * n.args[0]:
-                    del terms[t], terms[d]
+                if d is None:
+                    continue
+                if n.op == "num":
+                    dn, kd = d, k * n.args[0]
+                else:  # symbolic n: the term is the product n*(a//n) with coefficient k
+                    dn, kd = mul(d, n), k
+                if terms.get(dn, 0) == kd:
+                    del terms[t], terms[dn]
                     t2, c2 = _linear(a)
                     for x, v in t2.items():
                         terms[x] = terms.get(x, 0) + v * k

@@ -152,10 +152,16 @@ def test_compare(dtype, data):
     """< <= > >= eq ne (bool results), with ties common."""
 
     def build(g, a, b):
-        return {f"{n}_{k}": t for n, (op, _) in CMP.items() for k, t in (("tt", op(a, b)), ("ts", op(a, 1)), ("bt", op(b, a)))}
+        return {
+            f"{n}_{k}": t
+            for n, (op, _) in CMP.items()
+            for k, t in (("tt", op(a, b)), ("ts", op(a, 1)), ("bt", op(b, a)))
+        }
 
     def ref(a, b):
-        return {f"{n}_{k}": v for n, (_, f) in CMP.items() for k, v in (("tt", f(a, b)), ("ts", f(a, 1)), ("bt", f(b, a)))}
+        return {
+            f"{n}_{k}": v for n, (_, f) in CMP.items() for k, v in (("tt", f(a, b)), ("ts", f(a, 1)), ("bt", f(b, a)))
+        }
 
     args = {"a": Arg(A, lo=-2, hi=2), "b": Arg(B, lo=-2, hi=2)}
     check_op(data, "compare", build, ref, args, dtype, prep=_prep_grid)
@@ -257,3 +263,45 @@ def test_maximum_minimum_nan_propagate(op):
     bv = np.array([1, nan, 3, -nan], np.float32)
     out = g.compile("reference").run({"a": av, "b": bv})["y"]
     assert np.isnan(out).all(), out
+
+
+def test_int_division_by_zero_saturates():
+    """numerics.md: int x / 0 and x // 0 saturate (0 / 0 = 0), x % 0 = 0; nothing traps."""
+    g = lm.Graph()
+    a, b = g.tensor("a", (3,), lm.i32), g.tensor("b", (3,), lm.i32)
+    (a / b).output("div")
+    (a // b).output("floordiv")
+    (a % b).output("mod")
+    out = g.compile("reference").run({"a": np.array([5, -5, 0], np.int32), "b": np.zeros(3, np.int32)})
+    imax, imin = 2**31 - 1, -(2**31)
+    assert out["div"].tolist() == [imax, imin, 0] and out["floordiv"].tolist() == [imax, imin, 0]
+    assert out["mod"].tolist() == [0, 0, 0]
+
+
+def test_compare_nan():
+    """Every ordered comparison with NaN is False, ne is True (numpy / IEEE)."""
+    g = lm.Graph()
+    a, b = g.tensor("a", (4,)), g.tensor("b", (4,))
+    for n, (op, _) in CMP.items():
+        op(a, b).output(n)
+    nan = np.float32(np.nan)
+    av = np.array([nan, 1, nan, np.inf], np.float32)
+    bv = np.array([1, nan, nan, np.inf], np.float32)
+    out = g.compile("reference").run({"a": av, "b": bv})
+    for n, (_, f) in CMP.items():
+        assert out[n].tolist() == f(av, bv).tolist(), n
+
+
+def test_int_extremes_wrap():
+    """i32 arithmetic wraps (two's complement), abs(INT_MIN) = INT_MIN like numpy."""
+    g = lm.Graph()
+    a = g.tensor("a", (3,), lm.i32)
+    (a + 1).output("inc")
+    (a * 2).output("dbl")
+    a.abs().output("abs")
+    (-a).output("neg")
+    v = np.array([2**31 - 1, -(2**31), 5], np.int32)
+    out = g.compile("reference").run({"a": v})
+    with np.errstate(over="ignore"):
+        assert out["inc"].tolist() == (v + np.int32(1)).tolist() and out["dbl"].tolist() == (v * np.int32(2)).tolist()
+        assert out["abs"].tolist() == np.abs(v).tolist() and out["neg"].tolist() == (-v).tolist()

@@ -84,9 +84,10 @@ def test_cast_keeps_broadcast_views():
 @given(data=st.data())
 def test_constructors(data):
     def build(g):
-        return {"ar": g.arange("n"), "ar5": g.arange(5), "full": g.full(("n", 3), 2.5), "full_i": g.full("n", 7, lm.i32),
-                "zeros": g.zeros(("n",)), "ones": g.ones((2, "n"), lm.bf16), "const": g.constant(3.5),
-                "const_i": g.constant(-2, lm.i32), "const_b": g.constant(True, lm.bool), "f64": g.full((2,), 0.1, lm.f64),
+        return {"ar": g.arange("n"), "ar5": g.arange(5), "full": g.full(("n", 3), 2.5),
+                "full_i": g.full("n", 7, lm.i32), "zeros": g.zeros(("n",)), "ones": g.ones((2, "n"), lm.bf16),
+                "const": g.constant(3.5), "const_i": g.constant(-2, lm.i32), "const_b": g.constant(True, lm.bool),
+                "f64": g.full((2,), 0.1, lm.f64),
                 "big_i": g.full((1,), 3_000_000_000, lm.i64), "ar_math": g.arange("n") * 2 - 1,
                 "ar_f": g.arange("n").cast(lm.f32) / 4}  # fmt: skip
 

@@ -37,7 +37,12 @@ def test_gather(dtype, data):
         return {**arr, "i0": _wrap(arr["i0"], env["a"]), "i1": _wrap(arr["i1"], env["b"]),
                 "i2": _wrap(arr["i2"], env["c"])}  # fmt: skip
 
-    args = {"x": Arg(X), "i0": Arg(("i",), I32, 0, 99), "i1": Arg(("i", "j"), I32, 0, 99), "i2": Arg(("j",), I32, 0, 99)}
+    args = {
+        "x": Arg(X),
+        "i0": Arg(("i",), I32, 0, 99),
+        "i1": Arg(("i", "j"), I32, 0, 99),
+        "i2": Arg(("j",), I32, 0, 99),
+    }
     check_op(data, "gather", build, ref, args, dtype, prep=prep)
 
 
@@ -111,8 +116,9 @@ def test_concat_stack(dtype, data):
                 "s1": lm.stack([p, p, p], axis=1), "s_last": lm.stack([p, p], -1)}  # fmt: skip
 
     def ref(p, q, r):
-        return {"c0": np.concatenate([p, q], 0), "c1": np.concatenate([p, r, p], 1), "c_neg": np.concatenate([p, r], -1),
-                "c_one": q, "c_t": np.concatenate([p.T, r.T]), "s0": np.stack([p, p * 2]),
+        return {"c0": np.concatenate([p, q], 0), "c1": np.concatenate([p, r, p], 1),
+                "c_neg": np.concatenate([p, r], -1), "c_one": q, "c_t": np.concatenate([p.T, r.T]),
+                "s0": np.stack([p, p * 2]),
                 "s1": np.stack([p, p, p], 1), "s_last": np.stack([p, p], -1)}  # fmt: skip
 
     args = {"p": Arg(("m", "k")), "q": Arg(("n", "k")), "r": Arg(("m", 2))}

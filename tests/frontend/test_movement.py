@@ -24,7 +24,8 @@ def _case(key, build, ref, args, dtype, data, **kw):
 def test_reshape(dtype, data):
     def build(g, x):
         return {"split": x.reshape("a", "b", 2, 3), "merge": x.reshape("a", -1), "flat": x.reshape(-1),
-                "tuple": x.reshape(("a", "b", 3, 2)), "lead": x.reshape(-1, 6), "t_flat": x.permute(2, 0, 1).reshape(-1),
+                "tuple": x.reshape(("a", "b", 3, 2)), "lead": x.reshape(-1, 6),
+                "t_flat": x.permute(2, 0, 1).reshape(-1),
                 "t_merge": x.transpose(0, 1).reshape("b", -1), "t_split": x.transpose(0, 1).reshape("b", "a", 3, 2),
                 "ones": x.reshape(1, "a", "b", 1, 6)}  # fmt: skip
 
@@ -43,7 +44,8 @@ def test_reshape(dtype, data):
 def test_permute_transpose(dtype, data):
     def build(g, x):
         return {"p": x.permute(2, 0, 1), "p_tuple": x.permute((1, 0, 2)), "p_neg": x.permute(-1, -2, -3),
-                "t": x.transpose(), "t02": x.transpose(0, 2), "T": x.T, "pp": x.permute(1, 2, 0).permute(2, 1, 0)}  # fmt: skip
+                "t": x.transpose(), "t02": x.transpose(0, 2), "T": x.T,
+                "pp": x.permute(1, 2, 0).permute(2, 1, 0)}  # fmt: skip
 
     def ref(x):
         return {"p": x.transpose(2, 0, 1), "p_tuple": x.transpose(1, 0, 2), "p_neg": x.transpose(2, 1, 0),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from models import llama
-from models.common import Sampler, Stats, TextStream, random_weights
+from models.common import Sampler, Stats, TextStream, load_random_preset, random_weights
 
 
 def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
@@ -81,7 +81,7 @@ def test_load_random_preset_truncated_runs():
 
     cfg = replace(llama.CONFIGS["llama-3.2-1b"], vocab_size=512, dim=64, hidden=128, n_heads=4, n_kv_heads=2,
                   head_dim=16)  # fmt: skip
-    model = llama.load_random_preset(cfg, "reference", 32, layers=1, seed=0)
+    model = load_random_preset(cfg, "reference", 32, 1, 0, llama.Transformer)
     assert len(model.generate([1, 2], 3, stop_ids=())) == 3
 
 
@@ -90,3 +90,15 @@ def test_cli_runs_a_checkpoint(capsys):
                 "--backend", "reference"])  # fmt: skip
     captured = capsys.readouterr()
     assert "TTFT" in captured.err
+
+
+def test_progress_bars_only_on_a_terminal(monkeypatch):
+    import sys
+
+    from models.common import progress
+
+    items = [1, 2, 3]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert progress(items, "x") is items
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert list(progress(items, "x")) == items and progress(items, "x") is not items

@@ -21,8 +21,8 @@ def test_llama_one_compile_serves_several_prompt_lengths():
 def test_llama_config_reads_rope_parameters_and_rope_theta():
     base = {"vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
     old = llama.Config.from_hf({**base, "rope_theta": 5e5, "rope_scaling": {"rope_type": "llama3", "factor": 32.0}})
-    new = llama.Config.from_hf({**base, "rope_theta": None, "rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3",
-                                                                                "factor": 32.0}})  # fmt: skip
+    params = {"rope_theta": 5e5, "rope_type": "llama3", "factor": 32.0}
+    new = llama.Config.from_hf({**base, "rope_theta": None, "rope_parameters": params})
     assert old.rope == new.rope and new.rope.theta == 5e5 and new.rope.kind == "llama3" and new.head_dim == 4
 
 

@@ -13,7 +13,7 @@ D, H, KV, HD, CAP = 24, 4, 2, 6, 16
 def _model(window=None, cache=True, bias=(False,) * 4):
     g = lm.Graph()
     x = g.tensor("x", ("s", D))
-    s, p = dim("s"), dim("p")
+    p = dim("p")
     c = nn.KVCache("cache.0", KV, CAP, HD) if cache else None
     nn.Attention(g, "a", D, H, KV, HD, c, bias=bias, window=window)(x, None, p if cache else ZERO).output("y")
     return g, g.compile("reference")

@@ -20,7 +20,9 @@ def test_llama3_inv_freq_matches_transformers():
 
 def test_rope_config_forms():
     assert rope_config({"rope_theta": 1e6}) == RopeConfig(1e6)
-    assert rope_config({"rope_theta": None, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}}).theta == 5e5
+    assert (
+        rope_config({"rope_theta": None, "rope_parameters": {"rope_theta": 5e5, "rope_type": "default"}}).theta == 5e5
+    )
     per_layer = {"rope_parameters": {"full_attention": {"rope_theta": 1e6, "rope_type": "linear", "factor": 8.0},
                                      "sliding_attention": {"rope_theta": 1e4, "rope_type": "default"}}}  # fmt: skip
     assert rope_config(per_layer, "full_attention") == RopeConfig(1e6, "linear", 8.0)

@@ -107,7 +107,7 @@ def device() -> Device:
     minor = call("cuDeviceGetAttribute", attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     raw = call("cuDeviceGetName", 256, dev)
     name = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
-    stream = call("cuStreamCreate", drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    stream = call("cuStreamCreate", int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING))
     _DEVICE = Device(0, dev, ctx, stream, name, f"sm_{major}{minor}")
     log.info("cuda device 0: %s (%s)", name, _DEVICE.arch)
     return _DEVICE
@@ -249,7 +249,7 @@ class Graph:
 # -- events -----------------------------------------------------------------------------------------
 class Event:
     def __init__(self):
-        self.handle = call("cuEventCreate", _drv().CUevent_flags.CU_EVENT_DEFAULT)
+        self.handle = call("cuEventCreate", int(_drv().CUevent_flags.CU_EVENT_DEFAULT))
 
     def record(self, stream) -> None:
         call("cuEventRecord", self.handle, stream)

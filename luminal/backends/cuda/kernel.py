@@ -132,8 +132,10 @@ def store(dt: DType, v: str) -> str:
         return f"__float2half_rn({v})"
     if dt == DType.bf16:
         return f"__float2bfloat16_rn({v})"
-    if dt in (DType.f8e4m3, DType.f8e5m2):
-        return f"{dt.cuda}((float)({v}))"
+    if dt == DType.f8e4m3:
+        return f"to_e4m3((float)({v}))"
+    if dt == DType.f8e5m2:
+        return f"to_e5m2((float)({v}))"
     return f"(({dt.cuda})({v}))"
 
 
@@ -174,23 +176,36 @@ def ew_grid(n: Expression) -> Expression:
     return ceil_div(n, EW_TILE)
 
 
-def elementwise(prefix: str, out_dt: DType, in_types: list[str], n: Expression, body: str, decls: str,
-                hdrs: frozenset[str]) -> Kernel:  # fmt: skip
-    """An elementwise kernel over flat output index `i` < n (EW_UNROLL elements per thread, strided
-    by the block so every load is coalesced); `body` writes out[i]."""
-    params = "".join(f", const {t}* __restrict__ in{k}" for k, t in enumerate(in_types))
-    code = f"""extern "C" __global__ void __launch_bounds__({EW_BLOCK}) KNAME({out_dt.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
-{decls}  const long long n = {c_expr(n)};
-  const long long base = (long long)blockIdx.x * {EW_TILE} + threadIdx.x;
-#pragma unroll
-  for (int u = 0; u < {EW_UNROLL}; ++u) {{
-    const long long i = base + (long long)u * {EW_BLOCK};
-    if (i < n) {{
-{body}
-    }}
-  }}
-}}
-"""
+def elementwise(prefix: str, out_dt: DType, in_dts: list[DType], n: Expression, body: str, decls: str,
+                hdrs: frozenset[str], vector: bool = False) -> Kernel:  # fmt: skip
+    """An elementwise kernel over flat output index `i` < n whose `body` writes out[i].
+
+    Strided views: EW_UNROLL elements per thread, strided by the block, so loads coalesce.
+    `vector=True` (every input read as in{k}[i] and every buffer 16-byte aligned, which arena
+    and allocation offsets are): each thread moves 16 bytes of the widest buffer per access
+    with one vector load per input and one vector store; the tail runs the scalar body."""
+    params = "".join(f", const {d.cuda}* __restrict__ in{k}" for k, d in enumerate(in_dts))
+    head = (f'extern "C" __global__ void __launch_bounds__({EW_BLOCK}) KNAME({out_dt.cuda}* __restrict__ out{params}, '
+            f"const long long* __restrict__ dims) {{\n{decls}  const long long n = {c_expr(n)};\n")  # fmt: skip
+    if vector:
+        v = 16 // max(d.itemsize for d in (out_dt, *in_dts))
+        vbody = body.replace("out[i] = ", "r.v[u] = ")
+        loads = ""
+        for k, d in enumerate(in_dts):
+            vbody = vbody.replace(f"in{k}[i]", f"x{k}.v[u]")
+            loads += (f"    struct __align__({v * d.itemsize}) V{k} {{ {d.cuda} v[{v}]; }};\n"
+                      f"    const V{k} x{k} = reinterpret_cast<const V{k}*>(in{k})[t];\n")  # fmt: skip
+        code = (head + f"  const long long t = (long long)blockIdx.x * {EW_BLOCK} + threadIdx.x;\n"
+                f"  const long long i0 = t * {v};\n  if (i0 + {v} <= n) {{\n{loads}"
+                f"    struct __align__({v * out_dt.itemsize}) VO {{ {out_dt.cuda} v[{v}]; }};\n    VO r;\n"
+                f"#pragma unroll\n    for (int u = 0; u < {v}; ++u) {{\n{vbody}\n    }}\n"
+                f"    reinterpret_cast<VO*>(out)[t] = r;\n  }} else {{\n"
+                f"    for (long long i = i0; i < n; ++i) {{\n{body}\n    }}\n  }}\n}}\n")  # fmt: skip
+        name, code = name_code(prefix, code)
+        return Kernel(code, (Launch(name, ceil_div(n, EW_BLOCK * v), EW_BLOCK),), hdrs)
+    code = (head + f"  const long long base = (long long)blockIdx.x * {EW_TILE} + threadIdx.x;\n"
+            f"#pragma unroll\n  for (int u = 0; u < {EW_UNROLL}; ++u) {{\n"
+            f"    const long long i = base + (long long)u * {EW_BLOCK};\n    if (i < n) {{\n{body}\n    }}\n  }}\n}}\n")  # fmt: skip
     name, code = name_code(prefix, code)
     return Kernel(code, (Launch(name, ew_grid(n), EW_BLOCK),), hdrs)
 
@@ -200,8 +215,19 @@ def source(kernels: list[Kernel]) -> str:
     hdrs = sorted(frozenset().union(*(k.headers for k in kernels))) if kernels else []
     inc = "".join(f"#include <{h}>\n" for h in hdrs)
     codes = list(dict.fromkeys(k.code for k in kernels))
-    return inc + PRELUDE + "\n".join(codes)
+    return inc + PRELUDE + (FP8_PRELUDE if "cuda_fp8.h" in hdrs else "") + "\n".join(codes)
 
+
+# f32 -> fp8 without saturation (overflow gives NaN for e4m3, inf for e5m2, like ml_dtypes),
+# round to nearest even.
+FP8_PRELUDE = """
+__device__ __forceinline__ __nv_fp8_e4m3 to_e4m3(float v) {
+  __nv_fp8_e4m3 r; r.__x = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E4M3); return r;
+}
+__device__ __forceinline__ __nv_fp8_e5m2 to_e5m2(float v) {
+  __nv_fp8_e5m2 r; r.__x = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E5M2); return r;
+}
+"""
 
 PRELUDE = """
 // luminal CUDA kernels: generated from HLIR fields; every argument is a 64-bit pointer.

@@ -98,7 +98,7 @@ class CudaExecutor:
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in rendered_nodes(self.nodes)}
         self._scratch = {i: n.op.scratch_bytes() for i, n in rendered_nodes(self.nodes) if n.op.scratch_bytes() != 0}
         self.stats = {"kernels": len(rendered), "launches": len(self.steps), "compile_s": time.perf_counter() - t0,
-                      "arena_bytes": 0, "graph_builds": 0, "graph_patches": 0, "replans": 0}  # fmt: skip
+                      "arena_bytes": 0, "graph_builds": 0, "graph_patches": 0, "replans": 0, "pointer_moves": 0}  # fmt: skip
         self._plan: memory.ArenaPlan | None = None
         self._arena: driver.DeviceBuffer | None = None
         self._in_bufs: dict[str, driver.DeviceBuffer] = {}
@@ -128,6 +128,8 @@ class CudaExecutor:
         self._execute()
         for out, inp in self._carry:
             src = self.outputs[out]
+            if self._nbytes[src] > self._in_bufs[inp].nbytes:
+                raise InputError(f"carry {out!r} -> {inp!r}: output has {self._nbytes[src]} bytes, input {self._in_bufs[inp].nbytes}")
             driver.dtod(self._in_bufs[inp].ptr, self._ptrs[src], self._nbytes[src], self.dev.stream)
         return {label: DeviceView(self._ptrs[s], self._nbytes[s] // self.nodes[s].dtype.itemsize, self.nodes[s].dtype)
                 for label, s in self.outputs.items()}  # fmt: skip
@@ -161,6 +163,7 @@ class CudaExecutor:
             self._execute()
             b.record(self.dev.stream)
         self.dev.synchronize()
+        self._uploaded.clear()  # the device copies of persistent inputs now hold ones
         return float(np.median([b.elapsed_ms(a) for a, b in evs])) * 1e-3
 
     # -- preparing --------------------------------------------------------------------------------
@@ -178,6 +181,7 @@ class CudaExecutor:
             self._grid_now = [ev(s.grid) for s in self.steps]
             self._env_key = key
         moved = self._place(feed)
+        self.stats["pointer_moves"] += moved
         driver.htod(self._dims_buf.ptr, self._dims_host, self.dev.stream)
         if moved or (self._graph is None and self.use_graphs):
             self._bind()
@@ -196,6 +200,7 @@ class CudaExecutor:
                 start, end = self._life[i] if kind == "out" else (i, i)
                 bufs.append(memory.Buffer((kind, i), cap, start, end))
             self._plan = memory.plan(bufs)
+            self.dev.synchronize()  # the previous arena may still be in use by queued work
             self._arena = None
             self._arena = driver.DeviceBuffer(self._plan.total)
             self.stats["arena_bytes"] = self._plan.total
@@ -216,6 +221,8 @@ class CudaExecutor:
             buf = self._in_bufs.get(label)
             if buf is None or buf.nbytes < arr.nbytes:
                 cap = arr.nbytes if buf is None else int(arr.nbytes * GROWTH)
+                self.dev.synchronize()
+                self._in_bufs[label] = buf = None
                 self._in_bufs[label] = buf = driver.DeviceBuffer(cap)
                 self._uploaded.pop(label, None)
                 moved = True

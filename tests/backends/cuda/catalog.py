@@ -10,7 +10,8 @@ from luminal.dtype import DType
 from luminal.shape.expr import num, var, z
 from luminal.shape.tracker import ShapeTracker
 
-DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.bool)
+DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.bool,
+          DType.f8e4m3, DType.f8e5m2)
 FLOATS = tuple(d for d in DTYPES if d.is_float)
 s, n = var("s"), var("n")
 CONTIG = ShapeTracker.new((s, 8))
@@ -27,6 +28,7 @@ def kernels_for(dt: DType) -> list:
             out += [cls(v.dims, v.strides, dt) for v in VIEWS]
     for cls in (KernelAdd, KernelMul, KernelMod, KernelLessThan):
         out.append(cls(CONTIG.dims, CONTIG.strides, BCAST.strides, dt))
+        out.append(cls(CONTIG.dims, CONTIG.strides, CONTIG.strides, dt))  # vectorized path
         out.append(cls(MERGED.dims, MERGED.strides, MERGED.strides, dt))
     if dt != DType.bool:
         for cls in (KernelSumReduce, KernelMaxReduce):
@@ -37,7 +39,7 @@ def kernels_for(dt: DType) -> list:
     out.append(KernelGather(CONTIG.dims, CONTIG.strides, (s, num(8)), PERM.strides, dt, DType.i32))
     out.append(KernelGather((s,), (z,), (num(16),), (z,), dt, DType.i64))
     out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))
-    out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in DTYPES if to != dt]
+    out += [KernelCast(v.dims, v.strides, to, dt) for to in DTYPES if to != dt for v in (PERM, CONTIG)]
     return out
 
 

@@ -110,3 +110,13 @@ def test_disk_cache_roundtrip(tmp_path, monkeypatch):
         assert nvrtc.compile_cubin(src.replace("2.0f", "3.0f"), arch="sm_90")
     finally:
         os.chmod(tmp_path / "kernels", 0o700)
+
+
+def test_contiguous_elementwise_is_vectorized():
+    from luminal.backends.cuda.kernels import KernelCast, KernelExp2
+
+    k = KernelAdd(CONTIG.dims, CONTIG.strides, CONTIG.strides, DType.bf16).render(SLOTS)
+    assert "reinterpret_cast<const V0*>(in0)[t]" in k.code and "v[8]" in k.code
+    assert k.launches[0].grid == (CONTIG.dims[0] * 8 + 2047) // 2048 or "cdiv" in repr(k.launches[0].grid)
+    assert "reinterpret_cast" not in KernelExp2(MERGED.dims, MERGED.strides, DType.f32).render(SLOTS).code
+    assert "v[4]" in KernelCast(CONTIG.dims, CONTIG.strides, DType.f32, DType.bf16).render(SLOTS).code

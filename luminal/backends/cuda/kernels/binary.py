@@ -42,11 +42,13 @@ class KernelBinary(KernelOp):
     def render(self, slots) -> Kernel:
         dt, odt = self.dtype, self.result_dtype()
         ct = compute_type(dt)
-        body = (f"      const {ct} a = {load(dt, f'in0[{index_c(self.shape, self.a_strides)}]')};\n"
-                f"      const {ct} b = {load(dt, f'in1[{index_c(self.shape, self.b_strides)}]')};\n"
+        ia, ib = index_c(self.shape, self.a_strides), index_c(self.shape, self.b_strides)
+        body = (f"      const {ct} a = {load(dt, f'in0[{ia}]')};\n"
+                f"      const {ct} b = {load(dt, f'in1[{ib}]')};\n"
                 f"      out[i] = {store(odt, self.value(dt))};")  # fmt: skip
         decls = dim_decls(self.dim_names(), slots)
-        return elementwise(self.prefix, odt, [dt.cuda, dt.cuda], prod(self.shape), body, decls, headers(dt, odt))
+        return elementwise(self.prefix, odt, [dt, dt], prod(self.shape), body, decls, headers(dt, odt),
+                           vector=ia == ib == "i")  # fmt: skip
 
 
 def _wrap(dt: DType, op: str) -> str:

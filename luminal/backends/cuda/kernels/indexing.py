@@ -43,7 +43,7 @@ class KernelGather(KernelOp):
         decls = dim_decls(self.dim_names(), slots) + f"  const long long nd = {c_expr(prod(self.data_shape))};\n"
         body = (f"      const long long j = (long long)in0[{index_c(self.index_shape, self.index_strides)}];\n"
                 f"      out[i] = (j >= 0 && j < nd) ? in1[{index_c(self.data_shape, self.data_strides, 'j')}] : {store(dt, '0')};")  # fmt: skip
-        return elementwise(self.prefix, dt, [self.index_dtype.cuda, dt.cuda], prod(self.index_shape), body, decls,
+        return elementwise(self.prefix, dt, [self.index_dtype, dt], prod(self.index_shape), body, decls,
                            headers(dt))  # fmt: skip
 
 

@@ -106,10 +106,11 @@ class KernelCast(KernelOp):
         return ((self.shape, self.strides),)
 
     def render(self, slots) -> Kernel:
-        pre, val = convert(self.in_dtype, self.dtype, f"in0[{index_c(self.shape, self.strides)}]")
+        ix = index_c(self.shape, self.strides)
+        pre, val = convert(self.in_dtype, self.dtype, f"in0[{ix}]")
         body = f"{pre}      out[i] = {val};"
-        return elementwise(self.prefix, self.dtype, [self.in_dtype.cuda], prod(self.shape), body,
-                           dim_decls(self.dim_names(), slots), headers(self.dtype, self.in_dtype))  # fmt: skip
+        return elementwise(self.prefix, self.dtype, [self.in_dtype], prod(self.shape), body,
+                           dim_decls(self.dim_names(), slots), headers(self.dtype, self.in_dtype), vector=ix == "i")  # fmt: skip
 
 
 IO_KERNELS = (KernelIota, KernelConstant, KernelCast)

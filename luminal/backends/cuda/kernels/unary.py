@@ -36,10 +36,11 @@ class KernelUnary(KernelOp):
         if not dt.is_float:
             raise BackendError(f"{type(self).__name__} on {dt}: unary kernels are float-only (cast first)")
         fn = (self.f64 if dt == DType.f64 else self.f32).format(x="v")
-        body = f"      const {compute_type(dt)} v = {load(dt, f'in0[{index_c(self.shape, self.strides)}]')};\n"
+        ix = index_c(self.shape, self.strides)
+        body = f"      const {compute_type(dt)} v = {load(dt, f'in0[{ix}]')};\n"
         body += f"      out[i] = {store(dt, fn)};"
         decls = dim_decls(self.dim_names(), slots)
-        return elementwise(self.prefix, dt, [dt.cuda], prod(self.shape), body, decls, headers(dt))
+        return elementwise(self.prefix, dt, [dt], prod(self.shape), body, decls, headers(dt), vector=ix == "i")
 
 
 @dataclass(frozen=True)
