@@ -48,6 +48,59 @@ def torch_time(fn, reps: int = 30, warmup: int = 5) -> float:
     return float(np.median([a.elapsed_time(b) for a, b in evs])) * 1e-3
 
 
+def copy_ceiling(nbytes: int) -> float:
+    import torch
+
+    a = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    return 2 * nbytes / torch_time(lambda: b.copy_(a)) / 1e9
+
+
+def bench_dtype(dt, nbytes: int, ceiling: float) -> list[dict]:
+    import torch
+
+    tdt = {lm.bf16: torch.bfloat16, lm.f32: torch.float32}[dt]
+    n = nbytes // dt.itemsize
+    r = n // COLS
+    x = torch.ones(n, dtype=tdt, device="cuda")
+    y = torch.ones(n, dtype=tdt, device="cuda")
+    x2 = x.view(r, COLS)
+    cases = [
+        ("add", lambda g, d: g.tensor("x", ("n",), d) + g.tensor("y", ("n",), d), {"n": n}, 3, lambda: x + y),
+        ("mul", lambda g, d: g.tensor("x", ("n",), d) * g.tensor("y", ("n",), d), {"n": n}, 3, lambda: x * y),
+        ("exp", lambda g, d: g.tensor("x", ("n",), d).exp(), {"n": n}, 2, lambda: x.exp()),
+        ("row sum", lambda g, d: g.tensor("x", ("r", COLS), d).sum(axis=1), {"r": r}, 1, lambda: x2.sum(dim=1)),
+        ("row softmax", lambda g, d: g.tensor("x", ("r", COLS), d).softmax(axis=-1), {"r": r}, 2,
+         lambda: torch.softmax(x2, dim=-1)),
+    ]  # fmt: skip
+    rows = []
+    for name, build, dims, passes, tfn in cases:
+        moved = passes * nbytes  # bytes an ideal single kernel reads + writes
+        t = luminal_time(build, dims, dt)
+        tt = torch_time(tfn)
+        gbs = moved / t / 1e9
+        rows.append({"op": name, "dtype": dt.value, "ms": t * 1e3, "gbs": gbs, "pct": 100 * gbs / ceiling,
+                     "torch_ms": tt * 1e3, "torch_gbs": moved / tt / 1e9})  # fmt: skip
+        print(rows[-1], flush=True)
+    return rows
+
+
+def kernel_chain(n_kernels: int = 200) -> dict:
+    """n dependent tiny Adds replayed as one CUDA graph: the per-kernel cost."""
+    g = lm.Graph()
+    x = g.tensor("x", (256,))
+    y = x
+    for _ in range(n_kernels):
+        y = y + x
+    y.output("y")
+    m = g.compile("cuda", cache=False)
+    assert m._executor.stats["launches"] == n_kernels, m._executor.stats
+    t = m._executor.profile({}, {"x": 256}, reps=50, warmup=5)
+    got = m.run({"x": np.ones(256, np.float32)})["y"]
+    assert np.allclose(got, n_kernels + 1.0), got[:4]
+    return {"op": f"{n_kernels}-kernel chain", "dtype": "f32", "ms": t * 1e3, "us_per_kernel": t / n_kernels * 1e6}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=256)
@@ -55,52 +108,13 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    rows: list[dict] = []
     nbytes = args.mb << 20
-    a = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
-    b = torch.empty_like(a)
-    t_copy = torch_time(lambda: b.copy_(a))
-    ceiling = 2 * nbytes / t_copy / 1e9
-    rows.append({"op": "copy (torch d2d)", "dtype": "-", "gbs": ceiling, "pct": 100.0, "torch_gbs": ceiling})
-    del a, b
-    for dt, tdt in ((lm.bf16, torch.bfloat16), (lm.f32, torch.float32)):
-        n = nbytes // dt.itemsize
-        r = n // COLS
-        x = torch.ones(n, dtype=tdt, device="cuda")
-        y = torch.ones(n, dtype=tdt, device="cuda")
-        x2 = x.view(r, COLS)
-        cases = [
-            ("add", lambda g, d: g.tensor("x", ("n",), d) + g.tensor("y", ("n",), d), {"n": n}, 3, lambda: x + y),
-            ("mul", lambda g, d: g.tensor("x", ("n",), d) * g.tensor("y", ("n",), d), {"n": n}, 3, lambda: x * y),
-            ("exp", lambda g, d: g.tensor("x", ("n",), d).exp(), {"n": n}, 2, lambda: x.exp()),
-            ("row sum", lambda g, d: g.tensor("x", ("r", COLS), d).sum(axis=1), {"r": r}, 1, lambda: x2.sum(dim=1)),
-            ("row softmax", lambda g, d: g.tensor("x", ("r", COLS), d).softmax(axis=-1), {"r": r}, 2,
-             lambda: torch.softmax(x2, dim=-1)),
-        ]  # fmt: skip
-        for name, build, dims, passes, tfn in cases:
-            moved = passes * nbytes  # bytes an ideal single kernel reads + writes
-            t = luminal_time(build, dims, dt)
-            tt = torch_time(tfn)
-            gbs = moved / t / 1e9
-            rows.append({"op": name, "dtype": dt.value, "ms": t * 1e3, "gbs": gbs, "pct": 100 * gbs / ceiling,
-                         "torch_ms": tt * 1e3, "torch_gbs": moved / tt / 1e9})  # fmt: skip
-            print(rows[-1], flush=True)
-        del x, y, x2
+    ceiling = copy_ceiling(nbytes)
+    rows: list[dict] = [{"op": "copy (torch d2d)", "dtype": "-", "gbs": ceiling, "pct": 100.0}]
+    for dt in (lm.bf16, lm.f32):
+        rows += bench_dtype(dt, nbytes, ceiling)
         torch.cuda.empty_cache()
-    # per-kernel cost: 200 dependent tiny Adds, replayed as one CUDA graph
-    g = lm.Graph()
-    x = g.tensor("x", (256,))
-    yv = x
-    for _ in range(200):
-        yv = yv + x
-    yv.output("y")
-    m = g.compile("cuda", cache=False)
-    assert m._executor.stats["launches"] == 200, m._executor.stats
-    t = m._executor.profile({}, {"x": 256}, reps=50, warmup=5)
-    rows.append({"op": "200-kernel chain", "dtype": "f32", "ms": t * 1e3, "us_per_kernel": t / 200 * 1e6})
-    out = np.ones(256, np.float32)
-    got = m.run({"x": out})["y"]
-    assert np.allclose(got, 201.0), got[:4]
+    rows.append(kernel_chain())
     print(f"{'op':18} {'dtype':6} {'ms':>8} {'GB/s':>8} {'% copy':>7} {'torch ms':>9} {'torch GB/s':>10}")
     for row in rows:
         if "us_per_kernel" in row:

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", type=int, default=32, help="prompt length (random token ids)")
     ap.add_argument("--new", type=int, default=16, help="tokens to generate")
     ap.add_argument("--backend", default="auto")
-    ap.add_argument("--peer-python", default=os.environ.get("LUMINAL_TORCH_PYTHON"))
+    ap.add_argument("--peer-python", default=None, help="a Python with torch + transformers for the peer")
     ap.add_argument("--bandwidth-gbs", type=float, default=None, help="roofline bandwidth (default: measured copy)")
     args = ap.parse_args(argv)
     module, cfg = PRESETS[args.preset]

@@ -13,12 +13,17 @@ EXPECTED = "ask not what your country can do for you"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Returns 0 when the transcript contains the expected phrase. argv: [--backend auto|reference|cuda]."""
+    import argparse
+
     import numpy as np
 
     from models import whisper
     from models.audio import read_wav
 
-    backend = (argv or sys.argv[1:] or ["auto"])[0]
+    ap = argparse.ArgumentParser(prog="python -m luminal.demo", description="Whisper tiny.en on the bundled JFK clip")
+    ap.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])
+    backend = ap.parse_args(argv or []).backend
     t0 = time.perf_counter()
     model = whisper.load(whisper.default_model_dir(), backend=backend)
     load_s = time.perf_counter() - t0
@@ -37,4 +42,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

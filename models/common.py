@@ -92,7 +92,7 @@ class Sampler:
         if self.top_p < 1.0:
             order = np.argsort(-p, kind="stable")
             cum = np.cumsum(p[order])
-            cut = cum - p[order] > self.top_p  # drop tokens once the mass before them exceeds top_p
+            cut = cum - p[order] >= self.top_p  # drop tokens once the mass before them reaches top_p (as HF)
             p[order[cut]] = 0.0
             p /= p.sum()
         return int(rng.choice(p.size, p=p))
@@ -172,6 +172,7 @@ class CausalLM:
     def __init__(self, decoder: Decoder, tokenizer=None, stop_ids: Sequence[int] = (), name: str = "model"):
         self.decoder, self.tokenizer, self.stop_ids, self.name = decoder, tokenizer, tuple(stop_ids), name
         self.vocab_size = decoder.vocab_size
+        self.stats = Stats(compile_s=decoder.compile_s)  # of the last generate()
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Prefill logits (len(token_ids), vocab) from an empty cache."""
@@ -184,6 +185,11 @@ class CausalLM:
     ) -> list[int]:  # fmt: skip
         """Prefill, then decode one token at a time until `max_new_tokens` or a stop token; timing in self.stats."""
         stop = set(self.stop_ids if stop_ids is None else stop_ids)
+        if len(token_ids) + max_new_tokens - 1 > self.decoder.capacity:
+            raise InputError(
+                f"{len(token_ids)} prompt + {max_new_tokens} new tokens exceed the KV-cache capacity "
+                f"{self.decoder.capacity}; load with a larger max_seq (--max-seq)"
+            )
         rng = sampler.rng()
         self.stats = Stats(prompt_tokens=len(token_ids), compile_s=self.decoder.compile_s)
         self.decoder.reset()

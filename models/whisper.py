@@ -65,10 +65,10 @@ class Layer:
         self.attn_norm = nn.LayerNorm(g, f"{name}.self_attn_layer_norm", d)
         self.attn = nn.Attention(g, f"{name}.self_attn", d, h, h, cfg.head_dim, cache, bias, out_name="out_proj",
                                  causal=cache is not None)  # fmt: skip
-        self.cross = None
+        self.cross_q = None
         if cross:
             self.cross_norm = nn.LayerNorm(g, f"{name}.encoder_attn_layer_norm", d)
-            self.cross = nn.Linear(g, f"{name}.encoder_attn.q_proj", d, d, bias=True)
+            self.cross_q = nn.Linear(g, f"{name}.encoder_attn.q_proj", d, d, bias=True)
             self.cross_out = nn.Linear(g, f"{name}.encoder_attn.out_proj", d, d, bias=True)
         self.mlp_norm = nn.LayerNorm(g, f"{name}.final_layer_norm", d)
         self.mlp = nn.MLP(g, name, d, cfg.ffn, "gelu")
@@ -76,10 +76,10 @@ class Layer:
 
     def __call__(self, x: lm.GraphTensor, past=ZERO, cross_kv=None) -> lm.GraphTensor:
         x = x + self.attn(self.attn_norm(x), None, past)
-        if self.cross is not None:
+        if self.cross_q is not None:
             s = x.shape[0]
-            q = self.cross(self.cross_norm(x)).reshape(s, self.heads, self.head_dim).permute(1, 0, 2)  # (h, s, hd)
-            out = nn.attention.attend(q.unsqueeze(1), *cross_kv, None, self.head_dim**-0.5)  # (h, 1, s, hd)
+            q = self.cross_q(self.cross_norm(x)).reshape(s, self.heads, self.head_dim).permute(1, 0, 2)  # (h, s, hd)
+            out = nn.attend(q.unsqueeze(1), *cross_kv, None, self.head_dim**-0.5)  # (h, 1, s, hd)
             x = x + self.cross_out(out.squeeze(1).permute(1, 0, 2).reshape(s, self.heads * self.head_dim))
         return x + self.mlp(self.mlp_norm(x))
 
@@ -182,6 +182,8 @@ class Whisper:
 
     def transcribe(self, audio: np.ndarray) -> str:
         """Text of the first 30 s of 16 kHz mono float32 audio (greedy, no timestamps)."""
+        if self.tokenizer is None:
+            raise CheckpointError("transcribe() needs the model directory's tokenizer.json")
         t0 = time.perf_counter()
         self.encode(log_mel(audio, self.cfg.n_mels, 2 * self.cfg.audio_ctx))
         self.encode_s = time.perf_counter() - t0

@@ -266,7 +266,7 @@ class EGraphView:
             for k in kids:
                 parents.setdefault(k, []).append(i)
             if not kids:
-                heapq.heappush(heap, (1 + len(n.children), i))
+                heapq.heappush(heap, (_weight(n) + len(n.children), i))
         size: dict[int, int] = {}
         best: dict[int, int] = {}
         while heap:
@@ -279,7 +279,7 @@ class EGraphView:
                 pending[p] -= 1
                 if pending[p] == 0:
                     pn = self.nodes[p]
-                    heapq.heappush(heap, (1 + sum(size.get(k, 1) for k in pn.children), p))
+                    heapq.heappush(heap, (_weight(pn) + sum(size.get(k, 1) for k in pn.children), p))
         return best
 
     # -- genome -> LLIR ------------------------------------------------------------------------------
@@ -353,3 +353,9 @@ class EGraphView:
     @property
     def n_classes(self) -> int:
         return len(self.members)
+
+
+def _weight(n: ENode) -> int:
+    """Size of one metadata node when choosing a class's smallest term: a dim symbol costs more than
+    a literal, so a dim that bucket bounds pinned to a value decodes as that value."""
+    return 2 if n.op == "MVar" else 1

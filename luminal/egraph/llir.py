@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from luminal.dtype import DType
@@ -130,7 +131,9 @@ class LLIRGraph:
         return p
 
 
+@lru_cache(maxsize=1 << 16)
 def _op_text(op: Op) -> str:
+    """Canonical text of one op (memoized: every candidate of a search re-extracts the same ops)."""
     return f"{type(op).__name__}(" + ", ".join(json.dumps(_enc(v)) for v in op.fields()) + ")"
 
 

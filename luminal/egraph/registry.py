@@ -95,14 +95,16 @@ class OpRegistry:
         """(origin, text) of every op's rules, each module's .egg file once, in registration order."""
         out: list[tuple[str, str]] = []
         seen: set[str] = set()
+        seen_rules: set[int] = set()
         for s in self.specs.values():
             path = rules_file(s.cls)
             if path is not None and str(path) not in seen:
                 seen.add(str(path))
                 out.append((str(path), _read(path)))
-            for i, text in enumerate(getattr(s.cls, "RULES", ())):
-                if "RULES" in vars(s.cls):
-                    out.append((f"{s.name}.RULES[{i}]", text))
+            rules = getattr(s.cls, "RULES", ())
+            if rules and id(rules) not in seen_rules:  # inherited RULES count once
+                seen_rules.add(id(rules))
+                out += [(f"{s.name}.RULES[{i}]", text) for i, text in enumerate(rules)]
         return out
 
 

@@ -7,7 +7,7 @@ lookup. Blocks are plain callables that add nodes to the graph; they hold no dat
 
 from __future__ import annotations
 
-from luminal.nn.attention import Attention, KVCache, causal_mask
+from luminal.nn.attention import Attention, KVCache, attend, causal_mask
 from luminal.nn.conv import Conv1d
 from luminal.nn.linear import Embedding, Linear, weight
 from luminal.nn.mlp import MLP, GatedMLP
@@ -15,6 +15,6 @@ from luminal.nn.norm import LayerNorm, RMSNorm
 from luminal.nn.rope import RoPE, rope_config
 
 __all__ = [
-    "Attention", "KVCache", "causal_mask", "Conv1d", "Embedding", "Linear", "weight", "GatedMLP", "MLP",
+    "Attention", "KVCache", "attend", "causal_mask", "Conv1d", "Embedding", "Linear", "weight", "GatedMLP", "MLP",
     "LayerNorm", "RMSNorm", "RoPE", "rope_config",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from luminal.graph import Graph
 from luminal.nn.linear import weight
-from luminal.shape.expr import ZERO, z
+from luminal.shape.expr import z
 from luminal.tensor import GraphTensor
 
 
@@ -26,7 +26,7 @@ class Conv1d:
         t_out = (t_in - k) // st + 1
         # cols[t, c, j] = x[c, t*stride + j]: flat index c*T + t*stride + j over (T_out, c_in, k)
         t, ci, j = z // (c * k), (z // k) % c, z % k
-        idx = x.graph.iota(ci * t_in + t * st + j + ZERO, (t_out, c, k))
+        idx = x.graph.iota(ci * t_in + t * st + j, (t_out, c, k))
         cols = x.reshape(-1).gather(idx).reshape(t_out, c * k)  # (T_out, c_in*k)
         y = cols @ self.weight.reshape(self.c_out, c * k).T  # (T_out, c_out)
         return y + self.bias if self.bias is not None else y

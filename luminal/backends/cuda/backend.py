@@ -13,23 +13,34 @@ from collections.abc import Mapping
 import numpy as np
 
 from luminal.backends.cuda import driver, nvrtc
+from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
+from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.egraph.llir import LLIRGraph
-from luminal.egraph.rulesets import Phase, main_cycle
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
 
 KERNEL_LOWER = "kernel_lower"
+MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
+
+
+def matmul_ops() -> tuple:
+    """The matmul alternatives: the GEMV kernel, plus the cuBLASLt host ops once the runtime runs
+    host ops (`CudaExecutor.runs_host_ops`, luminal/backends/cuda/host/__init__.py has the contract)."""
+    from luminal.backends.cuda.host import host_ops
+
+    return (*GEMV_KERNELS, *(host_ops() if getattr(CudaExecutor, "runs_host_ops", False) else ()))
 
 
 class CudaBackend:
     name = "cuda"
-    ops = KERNEL_OPS
+    ops = (*KERNEL_OPS, *matmul_ops())
     hlir_ops = (Input, Output)
-    rulesets = (KERNEL_LOWER,)
-    phases: tuple[Phase, ...] = main_cycle([KERNEL_LOWER])
+    rulesets = (KERNEL_LOWER, MATMUL_BACKEND)
+    phases: tuple[Phase, ...] = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND])
 
     def __init__(self) -> None:
         self._dev = driver.device()  # BackendError with a clear message when no GPU is usable
@@ -62,7 +73,7 @@ def input_extents(nodes, env: Mapping[str, int]) -> dict[str, int]:
     """For profiling without real inputs: each Input's element count, from the views that read it."""
     need: dict[int, int] = {}
     for n in nodes:
-        if isinstance(n.op, KernelOp):
+        if isinstance(n.op, (KernelOp, HostOp)):
             for src, (shape, strides) in zip(n.inputs, n.op.input_views(), strict=True):
                 need[src] = max(need.get(src, 0), view_extent(shape, strides, env))
     return {n.op.label: need.get(i, 0) for i, n in enumerate(nodes) if isinstance(n.op, Input)}

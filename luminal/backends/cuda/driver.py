@@ -222,6 +222,23 @@ class Graph:
         self.nodes.append(node)
         return len(self.nodes) - 1
 
+    def add_child(self, child) -> int:
+        """Add a child-graph node (the driver clones `child`, which is destroyed here)."""
+        deps = [self.nodes[-1]] if self.nodes else []
+        try:
+            node = call("cuGraphAddChildGraphNode", self.handle, deps, len(deps), child)
+        finally:
+            call("cuGraphDestroy", child)
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def set_child(self, index: int, child) -> None:
+        """Replace the instantiated child graph of node `index` (same topology; `child` is destroyed)."""
+        try:
+            call("cuGraphExecChildGraphNodeSetParams", self.exec, self.nodes[index], child)
+        finally:
+            call("cuGraphDestroy", child)
+
     def instantiate(self) -> None:
         self.exec = call("cuGraphInstantiate", self.handle, 0)
 

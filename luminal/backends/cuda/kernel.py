@@ -205,7 +205,8 @@ def elementwise(prefix: str, out_dt: DType, in_dts: list[DType], n: Expression, 
         return Kernel(code, (Launch(name, ceil_div(n, EW_BLOCK * v), EW_BLOCK),), hdrs)
     code = (head + f"  const long long base = (long long)blockIdx.x * {EW_TILE} + threadIdx.x;\n"
             f"#pragma unroll\n  for (int u = 0; u < {EW_UNROLL}; ++u) {{\n"
-            f"    const long long i = base + (long long)u * {EW_BLOCK};\n    if (i < n) {{\n{body}\n    }}\n  }}\n}}\n")  # fmt: skip
+            f"    const long long i = base + (long long)u * {EW_BLOCK};\n"
+            f"    if (i < n) {{\n{body}\n    }}\n  }}\n}}\n")  # fmt: skip
     name, code = name_code(prefix, code)
     return Kernel(code, (Launch(name, ew_grid(n), EW_BLOCK),), hdrs)
 

@@ -87,7 +87,8 @@ def cache_dir() -> Path | None:
 
 def _key(source: str, arch: str, options: tuple[str, ...]) -> str:
     h = hashlib.sha256()
-    for part in (source, arch, "%d.%d" % version(), *options):
+    major, minor = version()
+    for part in (source, arch, f"{major}.{minor}", *options):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]

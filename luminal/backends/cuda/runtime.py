@@ -10,6 +10,9 @@ an offset in one arena (memory.py). Running:
 4. launch the CUDA graph: built once, patched (cuGraphExecKernelNodeSetParams) only for nodes whose
    grid changed with the dims, rebuilt only when a pointer changed (arena or input regrowth);
 5. copy outputs back (or leave them on the device: `run_device`), apply `carry` copies.
+Host ops (library calls, host/__init__.py has the contract) are steps too: their outputs live in
+the arena, `prepare` runs when dims or pointers change, and under CUDA graphs their launches are
+captured into child-graph nodes, re-captured when `signature(env)` or a pointer changes.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from luminal.backends.cuda import driver, memory, nvrtc
+from luminal.backends.cuda.host import HostOp, capture
 from luminal.backends.cuda.kernel import Kernel, KernelOp, source
 from luminal.dtype import DType
 from luminal.errors import BackendError, InputError
 from luminal.hlir import Input, Output
-from luminal.shape.expr import Expression
+from luminal.shape.expr import ONE, Expression
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
 
 @dataclass
 class Step:
-    """One launch of one kernel op: function, grid expression, block, and its buffers."""
+    """One launch of one kernel op (function, grid expression, block, shared bytes), or one host op."""
 
     node: int
     func: object
@@ -54,6 +58,7 @@ class Step:
     block: int
     shared: int
     scratch: bool
+    host: HostOp | None = None
 
 
 @dataclass(frozen=True)
@@ -73,32 +78,48 @@ class DeviceView:
 
 
 class CudaExecutor:
+    runs_host_ops = True  # host ops (cuBLASLt) run as graph child nodes; see host/__init__.py
+
     def __init__(self, nodes: Sequence, persistent: frozenset[str] = frozenset(), use_graphs: bool = True):
         self.dev = driver.device()
         self.nodes = list(nodes)
         self.persistent = frozenset(persistent)
         self.use_graphs = use_graphs
-        bad = sorted({type(n.op).__name__ for n in self.nodes if not isinstance(n.op, (Input, Output, KernelOp))})
+        bad = sorted(
+            {type(n.op).__name__ for n in self.nodes if not isinstance(n.op, (Input, Output, KernelOp, HostOp))}
+        )
         if bad:
-            raise BackendError(f"the cuda backend cannot run ops {bad}: the LLIR must contain CUDA kernel ops only")
+            raise BackendError(
+                f"the cuda backend cannot run ops {bad}: the LLIR must hold CUDA kernel and host ops only"
+            )
         names: set[str] = set()
         for n in self.nodes:
             if isinstance(n.op, KernelOp):
                 names |= n.op.dim_names() | n.op.out_size().dims() | n.op.scratch_bytes().dims()
+            elif isinstance(n.op, HostOp):
+                names |= n.op.dim_names() | n.op.out_size().dims()
         self.slots = {d: i for i, d in enumerate(sorted(names))}
         t0 = time.perf_counter()
         rendered = {i: n.op.render(self.slots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
         mods = load_kernels(list(rendered.values()))
-        self.steps = [Step(i, mods[k.code].function(ln.name), ln.grid, ln.block, ln.shared,
-                           self.nodes[i].op.scratch_bytes() != 0)
-                      for i, k in rendered.items() for ln in k.launches]  # fmt: skip
+        self.steps: list[Step] = []
+        for i, n in enumerate(self.nodes):  # topological order: kernels and host ops interleaved
+            if isinstance(n.op, HostOp):
+                self.steps.append(Step(i, None, ONE, 0, 0, False, n.op))
+            elif i in rendered:
+                for ln in rendered[i].launches:
+                    f = mods[rendered[i].code].function(ln.name)
+                    self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, n.op.scratch_bytes() != 0))
         self.inputs = {n.op.label: i for i, n in enumerate(self.nodes) if isinstance(n.op, Input)}
         self.outputs = {n.op.label: n.inputs[0] for n in self.nodes if isinstance(n.op, Output)}
         self._life = memory.lifetimes([n.inputs for n in self.nodes], list(self.outputs.values()))
-        self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in rendered_nodes(self.nodes)}
-        self._scratch = {i: n.op.scratch_bytes() for i, n in rendered_nodes(self.nodes) if n.op.scratch_bytes() != 0}
+        computed = [(i, n) for i, n in enumerate(self.nodes) if isinstance(n.op, (KernelOp, HostOp))]
+        self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
+        self._scratch = {i: n.op.scratch_bytes() for i, n in computed if isinstance(n.op, KernelOp)}
+        self._scratch = {i: e for i, e in self._scratch.items() if e != 0}
         self.stats = {"kernels": len(rendered), "launches": len(self.steps), "compile_s": time.perf_counter() - t0,
-                      "arena_bytes": 0, "graph_builds": 0, "graph_patches": 0, "replans": 0, "pointer_moves": 0}  # fmt: skip
+                      "arena_bytes": 0, "graph_builds": 0, "graph_patches": 0, "replans": 0, "pointer_moves": 0,
+                      "host_captures": 0}  # fmt: skip
         self._plan: memory.ArenaPlan | None = None
         self._arena: driver.DeviceBuffer | None = None
         self._in_bufs: dict[str, driver.DeviceBuffer] = {}
@@ -111,6 +132,8 @@ class CudaExecutor:
         self._ptrs: dict[int, int] = {}
         self._carry: list[tuple[str, str]] = []
         self._env_key: tuple | None = None
+        self._env: dict[str, int] = {}
+        self._host_state: dict[int, tuple] = {}  # step -> (signature, pointers) it was prepared/captured for
 
     # -- public -----------------------------------------------------------------------------------
     def run(self, feed: Mapping[str, np.ndarray], env: Mapping[str, int]) -> dict[str, np.ndarray]:
@@ -129,7 +152,9 @@ class CudaExecutor:
         for out, inp in self._carry:
             src = self.outputs[out]
             if self._nbytes[src] > self._in_bufs[inp].nbytes:
-                raise InputError(f"carry {out!r} -> {inp!r}: output has {self._nbytes[src]} bytes, input {self._in_bufs[inp].nbytes}")
+                raise InputError(
+                    f"carry {out!r} -> {inp!r}: output has {self._nbytes[src]} bytes, input {self._in_bufs[inp].nbytes}"
+                )
             driver.dtod(self._in_bufs[inp].ptr, self._ptrs[src], self._nbytes[src], self.dev.stream)
         return {label: DeviceView(self._ptrs[s], self._nbytes[s] // self.nodes[s].dtype.itemsize, self.nodes[s].dtype)
                 for label, s in self.outputs.items()}  # fmt: skip
@@ -142,7 +167,9 @@ class CudaExecutor:
         """After every run, copy output `output` into the device buffer of (persistent) input
         `input` on the GPU: state such as a KV cache never travels through the host."""
         if output not in self.outputs or input not in self.inputs:
-            raise InputError(f"carry({output!r}, {input!r}): outputs are {sorted(self.outputs)}, inputs {sorted(self.inputs)}")
+            raise InputError(
+                f"carry({output!r}, {input!r}): outputs are {sorted(self.outputs)}, inputs {sorted(self.inputs)}"
+            )
         if input not in self.persistent:
             raise InputError(f"carry into {input!r}: only persistent inputs keep device state (mark it .persist())")
         self._carry.append((output, input))
@@ -173,6 +200,7 @@ class CudaExecutor:
         except KeyError as e:
             raise InputError(f"no value for dim {e.args[0]!r} (the plan uses dims {sorted(self.slots)})") from None
         key = tuple(self._dims_host.tolist())
+        self._env = {d: int(env[d]) for d in self.slots}
         if key != self._env_key:
             memo: dict[Expression, int] = {}
             ev = lambda e: memo[e] if e in memo else memo.setdefault(e, int(e.evaluate(env)))  # noqa: E731
@@ -239,10 +267,17 @@ class CudaExecutor:
                 self._ptrs[i], self._nbytes[i] = self._ptrs[src], self._nbytes[src]
         return moved
 
+    def _host_ptrs(self, s: Step) -> tuple[int, tuple[int, ...]]:
+        n = self.nodes[s.node]
+        return self._ptrs[s.node], tuple(self._ptrs[j] for j in n.inputs)
+
     def _bind(self) -> None:
         """Kernel params for the current pointers; (re)build the CUDA graph."""
         self._params = []
         for s in self.steps:
+            if s.host is not None:
+                self._params.append(None)
+                continue
             n = self.nodes[s.node]
             ptrs = [self._ptrs[s.node], *(self._ptrs[j] for j in n.inputs), self._dims_buf.ptr]
             if s.scratch:
@@ -251,31 +286,53 @@ class CudaExecutor:
         if self._graph is not None:
             self._graph.destroy()
             self._graph = None
+        self._host_state.clear()
         if self.use_graphs and self.steps:
             g = driver.Graph()
             self._grids = [max(1, x) for x in self._grid_now]
-            for s, p, grid in zip(self.steps, self._params, self._grids, strict=True):
-                g.add_kernel(driver.kernel_node_params(s.func, grid, s.block, s.shared, p))
+            for k, (s, p, grid) in enumerate(zip(self.steps, self._params, self._grids, strict=True)):
+                if s.host is not None:
+                    g.add_child(self._capture(k, s))
+                else:
+                    g.add_kernel(driver.kernel_node_params(s.func, grid, s.block, s.shared, p))
             g.instantiate()
             self._graph = g
             self.stats["graph_builds"] += 1
+
+    def _capture(self, k: int, s: Step):
+        out, ins = self._host_ptrs(s)
+        self._host_state[k] = (s.host.signature(self._env), out, ins)
+        self.stats["host_captures"] += 1
+        return capture(s.host, self.dev.stream, out, ins, self._env)
 
     # -- executing --------------------------------------------------------------------------------
     def _execute(self) -> None:
         stream = self.dev.stream
         if self._graph is None:
-            for s, p, grid in zip(self.steps, self._params, self._grid_now, strict=True):
-                if grid > 0:  # zero-size tensors: no launch
+            for k, (s, p, grid) in enumerate(zip(self.steps, self._params, self._grid_now, strict=True)):
+                if s.host is not None:
+                    out, ins = self._host_ptrs(s)
+                    state = (s.host.signature(self._env), out, ins)
+                    if self._host_state.get(k) != state:
+                        s.host.prepare(self._env, out, ins, stream)
+                        self._host_state[k] = state
+                    s.host.launch(stream, out, ins, self._env)
+                elif grid > 0:  # zero-size tensors: no launch
                     driver.launch(s.func, grid, s.block, s.shared, p, stream)
             return
         for k, (s, p) in enumerate(zip(self.steps, self._params, strict=True)):
+            if s.host is not None:
+                if self._host_state.get(k, (None,))[0] != s.host.signature(self._env):
+                    try:  # the dims it reads changed: re-capture and patch the child node
+                        self._graph.set_child(k, self._capture(k, s))
+                    except BackendError:  # the new capture has another topology: rebuild the graph
+                        self._bind()
+                        self._graph.launch(stream)
+                        return
+                continue
             grid = max(1, self._grid_now[k])
             if grid != self._grids[k]:  # dims changed this kernel's grid: patch the node in place
                 self._graph.set_kernel_params(k, driver.kernel_node_params(s.func, grid, s.block, s.shared, p))
                 self._grids[k] = grid
                 self.stats["graph_patches"] += 1
         self._graph.launch(stream)
-
-
-def rendered_nodes(nodes: Sequence):
-    return [(i, n) for i, n in enumerate(nodes) if isinstance(n.op, KernelOp)]

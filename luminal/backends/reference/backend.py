@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Mapping
+from functools import lru_cache
 
 from luminal.backends.reference.executor import ReferenceExecutor
 from luminal.backends.reference.matmul import NumpyMatmul
@@ -17,6 +18,7 @@ from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.rulesets import Phase, main_cycle
 from luminal.hlir import HLIR_OPS, Input, Output
 from luminal.shape.expr import prod
+from luminal.shape.tracker import ShapeTracker
 
 MATMUL_BACKEND = "matmul_backend"
 ELEMENT_COST = 1.0  # one numpy element-op (~1 ns vectorized)
@@ -41,28 +43,26 @@ class ReferenceBackend:
         return ReferenceExecutor(llir.nodes, llir.outputs)
 
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
-        total = 0.0
-        for n in llir.nodes:
-            op = n.op
-            if isinstance(op, (Input, Output)):
-                continue
-            if isinstance(op, NumpyMatmul):
-                *batch, m, nn = op.shape
-                flops = int(prod((*op.shape, op.k)).evaluate(env))
-                total += FLOP_COST * flops + ELEMENT_COST * int(prod(op.shape).evaluate(env))
-                continue
-            size = int(op.out_size().evaluate(env))
-            reads = size
-            if hasattr(op, "iters"):
-                reads = size * int(op.iters.evaluate(env))
-            total += ELEMENT_COST * (size + reads) + GATHER_COST * reads * _strided_inputs(op)
-        return total
+        key = tuple(sorted(env.items()))
+        return sum(_op_cost(n.op, key) for n in llir.nodes)
+
+
+@lru_cache(maxsize=1 << 16)
+def _op_cost(op, env_key: tuple[tuple[str, int], ...]) -> float:
+    """Cost of one op at dims `env_key` (memoized: candidates of one search share most ops)."""
+    if isinstance(op, (Input, Output)):
+        return 0.0
+    env = dict(env_key)
+    if isinstance(op, NumpyMatmul):
+        flops = int(prod((*op.shape, op.k)).evaluate(env))
+        return FLOP_COST * flops + ELEMENT_COST * int(prod(op.shape).evaluate(env))
+    size = int(op.out_size().evaluate(env))
+    reads = size * int(op.iters.evaluate(env)) if hasattr(op, "iters") else size
+    return ELEMENT_COST * (size + reads) + GATHER_COST * reads * _strided_inputs(op)
 
 
 def _strided_inputs(op) -> int:
     """How many inputs the op reads through a non-contiguous view (0, 1, 2..)."""
-    from luminal.shape.tracker import ShapeTracker
-
     shape = getattr(op, "shape", None)
     if shape is None:
         return 1

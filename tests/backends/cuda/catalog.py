@@ -3,15 +3,42 @@ permuted, merged non-linear z-strides, symbolic dims): the CPU compile test's in
 
 from __future__ import annotations
 
-from luminal.backends.cuda.kernels import (KernelAdd, KernelCast, KernelConstant, KernelExp2, KernelGather, KernelIota,
-                                           KernelLessThan, KernelLog2, KernelMaxReduce, KernelMod, KernelMul, KernelRecip,
-                                           KernelScatter, KernelSin, KernelSqrt, KernelSumReduce)  # fmt: skip
+from luminal.backends.cuda.kernels import (
+    KernelAdd,
+    KernelCast,
+    KernelConstant,
+    KernelExp2,
+    KernelGather,
+    KernelIota,
+    KernelLessThan,
+    KernelLog2,
+    KernelMaxReduce,
+    KernelMod,
+    KernelMul,
+    KernelRecip,
+    KernelScatter,  # fmt: skip
+    KernelSin,
+    KernelSqrt,
+    KernelSumReduce,
+)
 from luminal.dtype import DType
 from luminal.shape.expr import num, var, z
 from luminal.shape.tracker import ShapeTracker
 
-DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.bool,
-          DType.f8e4m3, DType.f8e5m2)
+DTYPES = (
+    DType.f32,
+    DType.f16,
+    DType.bf16,
+    DType.f64,
+    DType.i8,
+    DType.i16,
+    DType.i32,
+    DType.i64,
+    DType.u8,
+    DType.bool,
+    DType.f8e4m3,
+    DType.f8e5m2,
+)
 FLOATS = tuple(d for d in DTYPES if d.is_float)
 s, n = var("s"), var("n")
 CONTIG = ShapeTracker.new((s, 8))
@@ -36,6 +63,7 @@ def kernels_for(dt: DType) -> list:
             out.append(cls((s,), num(300), (z * 300,), z, dt))  # warp per row
             out.append(cls((num(4),), n, (z,), z * 4, dt))  # block per row, strided, symbolic length
             out.append(cls((), s, (), z, dt))  # full reduction to a scalar
+            out.append(cls((s,), num(4096), (z * 4096,), z, dt))  # contiguous rows: vector loads
     out.append(KernelGather(CONTIG.dims, CONTIG.strides, (s, num(8)), PERM.strides, dt, DType.i32))
     out.append(KernelGather((s,), (z,), (num(16),), (z,), dt, DType.i64))
     out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))

@@ -33,9 +33,11 @@ def _index(g, x, i, u):
     return out
 
 
+CAST_TO = (lm.f32, lm.f16, lm.bf16, lm.f64, lm.i8, lm.i32, lm.i64, lm.u8, lm.bool, lm.f8e4m3, lm.f8e5m2)
+
+
 def _cast(g, x):
-    return {f"to_{dt.value}": x.cast(dt) for dt in (lm.f32, lm.f16, lm.bf16, lm.f64, lm.i8, lm.i32, lm.i64, lm.u8, lm.bool)
-            if dt != x.dtype}  # fmt: skip
+    return {f"to_{dt.value}": x.cast(dt) for dt in CAST_TO if dt != x.dtype}
 
 
 def _ints(g, x, y):

@@ -15,7 +15,6 @@ from luminal.backends.cuda.kernels.io import f32_literal
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import num, z
-
 from tests.backends.cuda.catalog import CONTIG, DTYPES, MERGED, kernels_for, sources
 
 SLOTS = {"n": 0, "s": 1}
@@ -80,7 +79,7 @@ def test_f32_literals_are_exact():
 
 
 def test_compile_error_shows_log_and_source_line(no_cache):
-    src = "extern \"C\" __global__ void k(float* out) {\n  out[0] = 1.0f;\n  out[1] = undefined_thing;\n}\n"
+    src = 'extern "C" __global__ void k(float* out) {\n  out[0] = 1.0f;\n  out[1] = undefined_thing;\n}\n'
     with pytest.raises(BackendError) as e:
         nvrtc.compile_cubin(src, arch="sm_90", name="bad.cu")
     msg = str(e.value)
@@ -120,3 +119,17 @@ def test_contiguous_elementwise_is_vectorized():
     assert k.launches[0].grid == (CONTIG.dims[0] * 8 + 2047) // 2048 or "cdiv" in repr(k.launches[0].grid)
     assert "reinterpret_cast" not in KernelExp2(MERGED.dims, MERGED.strides, DType.f32).render(SLOTS).code
     assert "v[4]" in KernelCast(CONTIG.dims, CONTIG.strides, DType.f32, DType.bf16).render(SLOTS).code
+
+
+def test_contiguous_rows_reduce_with_vector_loads():
+    from luminal.backends.cuda.kernels import KernelMaxReduce, KernelSumReduce
+    from luminal.shape.expr import var
+
+    r = var("s")
+    vec = KernelSumReduce((r,), num(4096), (z * 4096,), z, DType.bf16).render(SLOTS)
+    assert "reinterpret_cast<const VI*>" in vec.code and "v[8]" in vec.code
+    assert vec.launches[0].grid == r and vec.launches[0].block == 256  # a block per row
+    odd = KernelMaxReduce((r,), num(4100), (z * 4100,), z, DType.bf16).render(SLOTS)  # rows not 16-byte aligned
+    assert "reinterpret_cast" not in odd.code
+    strided = KernelSumReduce((num(4),), num(4096), (z,), z * 4, DType.f32).render(SLOTS)
+    assert "reinterpret_cast" not in strided.code

@@ -13,7 +13,6 @@ from luminal.backends.cuda.kernel import KernelOp, source
 from luminal.backends.reference.executor import ReferenceExecutor
 from luminal.egraph.compile import CompileOptions, compile_plans
 from luminal.hlir import Input, Output
-
 from tests.backends.cuda.graphs import build, cases, make_inputs
 from tests.helpers import assert_matches
 

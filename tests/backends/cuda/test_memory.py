@@ -9,9 +9,7 @@ from hypothesis import strategies as st
 from luminal.backends.cuda.memory import ALIGN, Buffer, lifetimes, plan
 
 buffers = st.lists(
-    st.tuples(st.integers(0, 5000), st.integers(0, 40), st.integers(0, 10)).map(
-        lambda t: (t[0], t[1], t[1] + t[2])
-    ),
+    st.tuples(st.integers(0, 5000), st.integers(0, 40), st.integers(0, 10)).map(lambda t: (t[0], t[1], t[1] + t[2])),
     min_size=1,
     max_size=40,
 )

@@ -10,7 +10,6 @@ import pytest
 import luminal as lm
 from luminal.backends.cuda import driver
 from luminal.errors import BackendError
-
 from tests.backends.cuda.graphs import build, cases, make_inputs
 from tests.helpers import assert_matches
 
@@ -58,19 +57,20 @@ def test_dims_change_patches_the_graph_instead_of_recapturing():
 
 
 @cuda
-def test_large_reductions_and_elementwise():
+@pytest.mark.parametrize("dt", [lm.f32, lm.bf16], ids=str)
+def test_large_reductions_and_elementwise(dt):
     g = lm.Graph()
-    x = g.tensor("x", ("r", "c"))
+    x = g.tensor("x", ("r", "c"), dt)
     x.sum(axis=1).output("rows")
     x.max(axis=0).output("cols")
     (x * 2 + 1).exp2().output("ew")
     cm, rm = g.compile("cuda", cache=False), g.compile("reference", cache=False)
     rng = np.random.default_rng(0)
-    for r, c in ((3, 5000), (1000, 37), (257, 1025)):
-        xa = rng.standard_normal((r, c)).astype(np.float32)
+    for r, c in ((3, 5000), (1000, 37), (257, 1025), (5, 4096)):
+        xa = rng.standard_normal((r, c)).astype(dt.np)
         got, want = cm.run({"x": xa}), rm.run({"x": xa})
         for k in want:
-            assert_matches(got[k], want[k], lm.f32, 1.0, f"{k} {r}x{c}")
+            assert_matches(got[k], want[k], dt, 1.0, f"{k} {r}x{c}")
 
 
 @cuda
@@ -92,8 +92,8 @@ def test_persistent_inputs_stay_on_gpu_and_state_is_carried():
         np.testing.assert_array_equal(out["y"], w_np * (step + 1))
     assert ex._uploaded == uploads  # neither w nor state travelled again
     views = ex.run_device({"w": w_np, "state": m._bound["state"], "x": x_np}, {})
-    # state after the carries: 0 + 1 (first run) + 1 + 2 + 3 = 7, and this run adds 1 more
-    np.testing.assert_array_equal(views["new_state"].numpy(), np.full(4, 8, np.float32))
+    # the first run was not carried; the three carried runs made state 1 + 2 + 3 = 6; this run adds 1
+    np.testing.assert_array_equal(views["new_state"].numpy(), np.full(4, 7, np.float32))
 
 
 @cuda

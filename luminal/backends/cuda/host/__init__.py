@@ -7,10 +7,10 @@ issues GPU work from Python, which the runtime captures into the plan's CUDA gra
 Contract the runtime (luminal/backends/cuda/runtime.py) follows for every node whose op is a HostOp:
   * buffers: the output gets an arena slot of `out_size() * dtype.itemsize` bytes like a kernel
     output; inputs are the nodes' buffers in input order. Host ops never alias or sync.
-  * `prepare(env, out_ptr, in_ptrs)` before the first launch, and again whenever the dims (`env`)
-    or a pointer changed: host-side planning (descriptors, heuristic query, library handle and
-    workspace for the plan's stream). It never launches work, so it may run at any time, but it
-    must not run while the stream is capturing (it may allocate).
+  * `prepare(env, out_ptr, in_ptrs, stream)` before the first launch, and again whenever the dims
+    (`env`) or a pointer changed: host-side planning (descriptors, heuristic query, library handle
+    and workspace for `stream`, the stream its launches will use). It never launches work, so it
+    may run at any time, but not while the stream is capturing (it may allocate).
   * `launch(stream, out_ptr, in_ptrs, env)` enqueues the op's work on `stream`; capturable.
     Eager runs call it directly. With CUDA graphs the runtime captures it into a child graph,
     `capture(op, stream, out_ptr, in_ptrs, env)` below, adds that with cuGraphAddChildGraphNode
@@ -49,8 +49,9 @@ class HostOp(Op):
         """What a captured launch depends on besides pointers: the evaluated dims it reads."""
         return tuple(sorted((d, int(env[d])) for d in self.dim_names()))
 
-    def prepare(self, env: Mapping[str, int], out_ptr: int, in_ptrs: Sequence[int]) -> None:
-        """Host-side planning for these dims and pointers (cached by the op); launches nothing."""
+    def prepare(self, env: Mapping[str, int], out_ptr: int, in_ptrs: Sequence[int], stream=None) -> None:
+        """Host-side planning for these dims, pointers and stream (None: the device's stream);
+        cached; launches nothing."""
 
     def launch(self, stream, out_ptr: int, in_ptrs: Sequence[int], env: Mapping[str, int]) -> None:
         raise NotImplementedError
@@ -62,7 +63,7 @@ def capture(op: HostOp, stream, out_ptr: int, in_ptrs: Sequence[int], env: Mappi
     from luminal.backends.cuda import driver
 
     drv = driver._drv()
-    op.prepare(env, out_ptr, in_ptrs)
+    op.prepare(env, out_ptr, in_ptrs, stream)
     driver.call("cuStreamBeginCapture", stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
     try:
         op.launch(stream, out_ptr, in_ptrs, env)

@@ -124,7 +124,7 @@ class CublasLt(HostOp):
     def _empty(self, env) -> bool:
         return any(int(e.evaluate(env)) == 0 for e in (self.batch, self.m, self.n))
 
-    def prepare(self, env, out_ptr, in_ptrs):
+    def prepare(self, env, out_ptr, in_ptrs, stream=None):
         from luminal.backends.cuda import driver
         from luminal.backends.cuda.host import lt
 
@@ -132,7 +132,7 @@ class CublasLt(HostOp):
             return
         if int(self.k.evaluate(env)) == 0:
             raise BackendError(f"{type(self).__name__}: k = 0 at run time (the rules exclude a literal 0 k)")
-        stream = driver.device().stream
+        stream = driver.device().stream if stream is None else stream
         p = lt.plan(self.spec(env, [out_ptr, *in_ptrs]), stream)
         lt.workspace(stream, p.workspace)
 

@@ -51,8 +51,18 @@ _SIGNATURES = {
     "cublasLtMatrixLayoutSetAttribute": [_P, ctypes.c_int, _P, ctypes.c_size_t],
     "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(_P)],
     "cublasLtMatmulPreferenceSetAttribute": [_P, ctypes.c_int, _P, ctypes.c_size_t],
-    "cublasLtMatmulAlgoGetHeuristic": [_P, _P, _P, _P, _P, _P, _P, ctypes.c_int, ctypes.POINTER(HeuristicResult),
-                                       ctypes.POINTER(ctypes.c_int)],  # fmt: skip
+    "cublasLtMatmulAlgoGetHeuristic": [
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        ctypes.c_int,
+        ctypes.POINTER(HeuristicResult),
+        ctypes.POINTER(ctypes.c_int),
+    ],  # fmt: skip
     "cublasLtMatmul": [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, ctypes.c_size_t, _P],
 }
 
@@ -183,8 +193,9 @@ def plan(spec: Spec, stream) -> Plan:
     scale = CUDA_R[DType.f64] if spec.compute == "64F" else CUDA_R[DType.f32]
     desc = ctypes.c_void_p()
     call("cublasLtMatmulDescCreate", ctypes.byref(desc), COMPUTE[spec.compute], scale)
-    _set("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSA, ctypes.c_int32(OPERATION[spec.trans_a]))
-    _set("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSB, ctypes.c_int32(OPERATION[spec.trans_b]))
+    op = OPERATION
+    _set("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSA, ctypes.c_int32(op[spec.trans_a]))
+    _set("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSB, ctypes.c_int32(op[spec.trans_b]))
     _set("cublasLtMatmulDescSetAttribute", desc, DESC_EPILOGUE, ctypes.c_int32(EPILOGUE[spec.epilogue]))
     if spec.bias_dtype is not None:
         _set("cublasLtMatmulDescSetAttribute", desc, DESC_BIAS_DATA_TYPE, ctypes.c_int32(CUDA_R[spec.bias_dtype]))
@@ -193,7 +204,8 @@ def plan(spec: Spec, stream) -> Plan:
         _set("cublasLtMatmulDescSetAttribute", desc, DESC_BIAS_POINTER, ctypes.c_void_p(spec.align))
     a_rows, a_cols = (spec.rows, spec.k) if spec.trans_a == "N" else (spec.k, spec.rows)
     b_rows, b_cols = (spec.k, spec.cols) if spec.trans_b == "N" else (spec.cols, spec.k)
-    mats = ((spec.dtype, a_rows, a_cols, spec.ld_a, spec.stride_a), (spec.dtype, b_rows, b_cols, spec.ld_b, spec.stride_b),
+    mats = ((spec.dtype, a_rows, a_cols, spec.ld_a, spec.stride_a),
+            (spec.dtype, b_rows, b_cols, spec.ld_b, spec.stride_b),
             (spec.out_dtype, spec.rows, spec.cols, spec.rows, spec.rows * spec.cols))  # fmt: skip
     layouts = []
     for dt, r, c, ld, stride in mats:

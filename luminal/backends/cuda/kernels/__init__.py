@@ -6,8 +6,19 @@ from luminal.backends.cuda.kernels.binary import BINARY_KERNELS, KernelAdd, Kern
 from luminal.backends.cuda.kernels.indexing import INDEXING_KERNELS, KernelGather, KernelScatter
 from luminal.backends.cuda.kernels.io import IO_KERNELS, KernelCast, KernelConstant, KernelIota
 from luminal.backends.cuda.kernels.reduce import REDUCE_KERNELS, KernelMaxReduce, KernelSumReduce
-from luminal.backends.cuda.kernels.unary import UNARY_KERNELS, KernelExp2, KernelLog2, KernelRecip, KernelSin, KernelSqrt
+from luminal.backends.cuda.kernels.unary import (
+    UNARY_KERNELS,
+    KernelExp2,
+    KernelLog2,
+    KernelRecip,
+    KernelSin,
+    KernelSqrt,
+)
 
 KERNEL_OPS = (*UNARY_KERNELS, *BINARY_KERNELS, *REDUCE_KERNELS, *INDEXING_KERNELS, *IO_KERNELS)
 
-__all__ = [k.__name__ for k in KERNEL_OPS] + ["KERNEL_OPS"]
+__all__ = [
+    "KERNEL_OPS", "KernelAdd", "KernelCast", "KernelConstant", "KernelExp2", "KernelGather", "KernelIota",
+    "KernelLessThan", "KernelLog2", "KernelMaxReduce", "KernelMod", "KernelMul", "KernelRecip", "KernelScatter",
+    "KernelSin", "KernelSqrt", "KernelSumReduce",
+]  # fmt: skip

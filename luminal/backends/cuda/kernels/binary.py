@@ -12,13 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from luminal.backends.cuda.kernel import (
+    Kernel,
+    KernelOp,
+    compute_type,
+    dim_decls,
+    elementwise,
+    headers,
+    index_c,
+    load,
+    store,  # fmt: skip
+    unsigned,
+)
 from luminal.dtype import DType
 from luminal.hlir import Add, LessThan, Mod, Mul
 from luminal.hlir.op import EList
 from luminal.shape.expr import prod
-
-from luminal.backends.cuda.kernel import (Kernel, KernelOp, compute_type, dim_decls, elementwise, headers, index_c, load,
-                                          store, unsigned)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from luminal.backends.cuda.kernel import (
+    EW_BLOCK,
+    EW_TILE,
+    EW_UNROLL,
+    Kernel,
+    KernelOp,
+    Launch,
+    c_expr,
+    dim_decls,
+    elementwise,  # fmt: skip
+    ew_grid,
+    headers,
+    index_c,
+    name_code,
+    store,
+)
 from luminal.dtype import DType
 from luminal.hlir import Gather, Scatter
 from luminal.hlir.op import EList
 from luminal.shape.expr import Expression, prod
-
-from luminal.backends.cuda.kernel import (EW_BLOCK, EW_TILE, EW_UNROLL, Kernel, KernelOp, Launch, c_expr, dim_decls,
-                                          elementwise, ew_grid, headers, index_c, name_code, store)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,8 +54,10 @@ class KernelGather(KernelOp):
     def render(self, slots) -> Kernel:
         dt = self.dtype
         decls = dim_decls(self.dim_names(), slots) + f"  const long long nd = {c_expr(prod(self.data_shape))};\n"
-        body = (f"      const long long j = (long long)in0[{index_c(self.index_shape, self.index_strides)}];\n"
-                f"      out[i] = (j >= 0 && j < nd) ? in1[{index_c(self.data_shape, self.data_strides, 'j')}] : {store(dt, '0')};")  # fmt: skip
+        ii = index_c(self.index_shape, self.index_strides)
+        di = index_c(self.data_shape, self.data_strides, "j")
+        body = (f"      const long long j = (long long)in0[{ii}];\n"
+                f"      out[i] = (j >= 0 && j < nd) ? in1[{di}] : {store(dt, '0')};")  # fmt: skip
         return elementwise(self.prefix, dt, [self.index_dtype, dt], prod(self.index_shape), body, decls,
                            headers(dt))  # fmt: skip
 
@@ -78,14 +93,16 @@ class KernelScatter(KernelOp):
     def render(self, slots) -> Kernel:
         dt, it = self.dtype, self.index_dtype
         sig = (f"({dt.cuda}* __restrict__ out, const {dt.cuda}* __restrict__ in0, const {it.cuda}* __restrict__ in1, "
-               f"const {dt.cuda}* __restrict__ in2, const long long* __restrict__ dims, unsigned long long* __restrict__ win)")  # fmt: skip
+               f"const {dt.cuda}* __restrict__ in2, const long long* __restrict__ dims, "
+               "unsigned long long* __restrict__ win)")  # fmt: skip
         decls = dim_decls(self.dim_names(), slots) + f"  const long long n_out = {c_expr(prod(self.dest_shape))};\n"
         n_idx = c_expr(prod(self.index_shape))
+        dest = index_c(self.dest_shape, self.dest_strides)
         j = f"      const long long j = (long long)in1[{index_c(self.index_shape, self.index_strides)}];\n"
         head = f'extern "C" __global__ void __launch_bounds__({EW_BLOCK}) '
         code = (
             f"{head}KNAME_init{sig} {{\n{decls}"
-            + _loop("n_out", f"      out[i] = in0[{index_c(self.dest_shape, self.dest_strides)}];\n      win[i] = 0ull;")
+            + _loop("n_out", f"      out[i] = in0[{dest}];\n      win[i] = 0ull;")
             + f"}}\n{head}KNAME_claim{sig} {{\n{decls}"
             + _loop(n_idx, j + "      if (j >= 0 && j < n_out) atomicMax(&win[j], (unsigned long long)(i + 1));")
             + f"}}\n{head}KNAME_write{sig} {{\n{decls}"

@@ -16,13 +16,23 @@ from typing import ClassVar
 
 import numpy as np
 
+from luminal.backends.cuda.kernel import (
+    Kernel,
+    KernelOp,
+    Launch,
+    c_expr,
+    dim_decls,
+    elementwise,
+    headers,
+    index_c,
+    load,  # fmt: skip
+    name_code,
+    store,
+)
 from luminal.dtype import DType
 from luminal.hlir import Cast, Constant, Iota
 from luminal.hlir.op import EList
 from luminal.shape.expr import ONE, Expression, prod
-
-from luminal.backends.cuda.kernel import (Kernel, KernelOp, Launch, c_expr, dim_decls, elementwise, headers, index_c,
-                                          load, name_code, store)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,8 +119,11 @@ class KernelCast(KernelOp):
         ix = index_c(self.shape, self.strides)
         pre, val = convert(self.in_dtype, self.dtype, f"in0[{ix}]")
         body = f"{pre}      out[i] = {val};"
-        return elementwise(self.prefix, self.dtype, [self.in_dtype], prod(self.shape), body,
-                           dim_decls(self.dim_names(), slots), headers(self.dtype, self.in_dtype), vector=ix == "i")  # fmt: skip
+        decls = dim_decls(self.dim_names(), slots)
+        hdrs = headers(self.dtype, self.in_dtype)
+        return elementwise(
+            self.prefix, self.dtype, [self.in_dtype], prod(self.shape), body, decls, hdrs, vector=ix == "i"
+        )
 
 
 IO_KERNELS = (KernelIota, KernelConstant, KernelCast)

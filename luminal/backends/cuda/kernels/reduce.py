@@ -14,18 +14,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from luminal.backends.cuda.kernel import (
+    Kernel,
+    KernelOp,
+    Launch,
+    c_expr,
+    dim_decls,
+    headers,
+    index_c,
+    load,
+    name_code,
+    store,
+)
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import MaxReduce, SumReduce
 from luminal.hlir.op import EList
-from luminal.shape.expr import Expression, ceil_div, prod
-
-from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, c_expr, dim_decls, headers, index_c, load, name_code, store
+from luminal.shape.expr import ZERO, Expression, Z, ceil_div, prod, z
 
 BLOCK = 256
-_FLOAT_BITS = {DType.f32: ("unsigned int", "int", "0x7fffffff"), DType.f64: ("unsigned long long", "long long", "0x7fffffffffffffffLL"),
-               DType.f16: ("unsigned short", "short", "0x7fff"), DType.bf16: ("unsigned short", "short", "0x7fff"),
-               DType.f8e4m3: ("unsigned char", "signed char", "0x7f"), DType.f8e5m2: ("unsigned char", "signed char", "0x7f")}  # fmt: skip
+# float dtype -> (bit storage type, signed bit type, mask turning a negative pattern into its order key)
+_FLOAT_BITS = {
+    DType.f32: ("unsigned int", "int", "0x7fffffff"),
+    DType.f64: ("unsigned long long", "long long", "0x7fffffffffffffffLL"),
+    DType.f16: ("unsigned short", "short", "0x7fff"),
+    DType.bf16: ("unsigned short", "short", "0x7fff"),
+    DType.f8e4m3: ("unsigned char", "signed char", "0x7f"),
+    DType.f8e5m2: ("unsigned char", "signed char", "0x7f"),
+}
 
 
 def threads_per_row(iters: Expression) -> int:
@@ -45,6 +61,18 @@ class KernelReduce(KernelOp):
     dtype: DType
     n_inputs: ClassVar[int] = 1
 
+    def vector_width(self, tpr: int) -> int:
+        """Elements per 16-byte load when every row is contiguous, a whole number of vectors long
+        and starts 16-byte aligned (kept strides are multiples of the vector), else 1."""
+        v = 16 // self.dtype.itemsize
+        if tpr != BLOCK or self.iter_stride is not z or not self.iters.is_num or self.iters.value % v:
+            return 1
+        for st in self.strides:
+            step = st.substitute(Z, 1)
+            if st is not ZERO and (st is not z * step or not step.is_num or step.value % v):
+                return 1
+        return v
+
     def parts(self) -> dict[str, str]:
         """C pieces: acc type `T`, `init`, `add` (folds loaded `v`), `comb` (folds s2/c2), `final`,
         and `in_t`/`out_t` pointer types and `load` (C of element at index `ix`)."""
@@ -62,6 +90,17 @@ class KernelReduce(KernelOp):
         rpb = BLOCK // tpr
         rows = prod(self.shape)
         ix = f"base + {c_expr(self.iter_stride, 'k')}"
+        vec = self.vector_width(tpr)
+        if vec > 1:  # contiguous, aligned rows: one 16-byte load per thread per step
+            loop = (f"  struct __align__(16) VI {{ {p['in_t']} v[{vec}]; }};\n"
+                    f"  for (long long k = lane * {vec}; k < iters; k += {tpr * vec}) {{\n"
+                    f"    const VI xv = reinterpret_cast<const VI*>(in0 + base + k)[0];\n"
+                    f"#pragma unroll\n    for (int u = 0; u < {vec}; ++u) {{\n"
+                    f"      const T v = {p['load'].replace('in0[{ix}]', 'xv.v[u]')};\n"
+                    f"      {p['add']}\n    }}\n  }}\n")  # fmt: skip
+        else:
+            loop = (f"  for (long long k = lane; k < iters; k += {tpr}) {{\n"
+                    f"    const T v = {p['load'].format(ix=ix)};\n    {p['add']}\n  }}\n")  # fmt: skip
         shfl = ""
         if tpr > 1:
             c2 = "    const T c2 = __shfl_down_sync(0xffffffffu, c, off);\n" if "c2" in p["comb"] else ""
@@ -77,20 +116,19 @@ class KernelReduce(KernelOp):
                      f"  s = threadIdx.x < {BLOCK // 32} ? sh_s[threadIdx.x] : {p['init']};\n"
                      f"  c = threadIdx.x < {BLOCK // 32} ? sh_c[threadIdx.x] : {p['zero_c']};\n"
                      + shfl)  # fmt: skip
-        code = f"""extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({p['out_t']}* __restrict__ out, const {p['in_t']}* __restrict__ in0, const long long* __restrict__ dims) {{
-  typedef {p['T']} T;
+        sig = (
+            f"({p['out_t']}* __restrict__ out, const {p['in_t']}* __restrict__ in0, const long long* __restrict__ dims)"
+        )
+        code = f"""extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME{sig} {{
+  typedef {p["T"]} T;
 {dim_decls(self.dim_names(), slots)}  const long long rows = {c_expr(rows)};
   const long long iters = {c_expr(self.iters)};
   const long long o = (long long)blockIdx.x * {rpb} + threadIdx.x / {tpr};
   const int lane = threadIdx.x % {tpr};
   if (o >= rows) return;  // uniform per row group (a warp or the whole block)
-  const long long base = {index_c(self.shape, self.strides, 'o')};
-  T s = {p['init']}, c = {p['zero_c']};
-  for (long long k = lane; k < iters; k += {tpr}) {{
-    const T v = {p['load'].format(ix=ix)};
-    {p['add']}
-  }}
-{shfl}{block}  if (lane == 0) out[o] = {p['final']};
+  const long long base = {index_c(self.shape, self.strides, "o")};
+  T s = {p["init"]}, c = {p["zero_c"]};
+{loop}{shfl}{block}  if (lane == 0) out[o] = {p["final"]};
 }}
 """
         name, code = name_code(self.prefix, code)
@@ -114,7 +152,7 @@ class KernelSumReduce(KernelReduce):
                 "final": store(dt, "(s + c)"),
             }  # fmt: skip
         acc = "unsigned long long" if dt.bits == 64 else "unsigned int"
-        return base | {"T": acc, "init": "0", "zero_c": "0", "load": f"(T)in0[{{ix}}]", "add": "s += v;",
+        return base | {"T": acc, "init": "0", "zero_c": "0", "load": "(T)in0[{ix}]", "add": "s += v;",
                        "comb": "s += s2;", "final": f"(({dt.cuda})s)"}  # fmt: skip
 
 

@@ -10,13 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from luminal.backends.cuda.kernel import (
+    Kernel,
+    KernelOp,
+    compute_type,
+    dim_decls,
+    elementwise,
+    headers,
+    index_c,
+    load,
+    store,
+)
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Exp2, Log2, Recip, Sin, Sqrt
 from luminal.hlir.op import EList
 from luminal.shape.expr import prod
-
-from luminal.backends.cuda.kernel import Kernel, KernelOp, compute_type, dim_decls, elementwise, headers, index_c, load, store
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""CPU: the CUDA runtime's bookkeeping over a fake driver (fake_driver.py) that runs each kernel op's
+reference semantics on shared fake device memory: arena reuse never corrupts live buffers, dims
+changes patch the graph instead of rebuilding it, pointers stay stable, persistent inputs are
+uploaded once, carried state stays on the device, zero-size runs, eager == graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import runtime
+
+from tests.backends.cuda import fake_driver
+from tests.backends.cuda.graphs import build, cases, make_inputs
+from tests.backends.cuda.test_lowering import CpuCudaBackend
+from tests.helpers import assert_matches
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(runtime, "driver", fake_driver)
+    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
+    fake_driver.reset()
+    yield fake_driver
+    fake_driver.reset()
+
+
+def plan(g):
+    from luminal.egraph.compile import CompileOptions, compile_plans
+
+    _, llirs, _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
+    return llirs[0]
+
+
+def executor(g, **kw):
+    ex = runtime.CudaExecutor(plan(g).nodes, **kw)
+    fake_driver.bind(ex)
+    return ex
+
+
+@pytest.mark.parametrize("case", ["reduce_f32", "binary_bf16", "index_f32", "ints_i8", "cast_f16", "unary_f64"])
+@pytest.mark.parametrize("graphs", [True, False], ids=["graph", "eager"])
+def test_fake_device_matches_reference_as_dims_change(fake, case, graphs):
+    g, specs = build(case)
+    ex = executor(g, use_graphs=graphs)
+    ref = g.compile("reference", cache=False)
+    sizes = (17, 3, 1, 40, 17) if case.startswith("index") else (17, 3, 1, 0, 40, 17)
+    for k, s in enumerate(sizes):
+        feed = make_inputs(specs, s, seed=k)
+        got, want = ex.run(feed, {"s": s}), ref.run(feed)
+        for name, arr in want.items():
+            dt = g.nodes[g.outputs[name]].dtype
+            assert_matches(got[name].reshape(arr.shape), arr, dt, 1.0, f"{case}/{name} s={s}")
+    assert ex.stats["replans"] <= 2 and ex.stats["arena_bytes"] > 0
+    if graphs:
+        assert ex.stats["graph_builds"] == ex.stats["pointer_moves"]
+
+
+def test_arena_is_smaller_than_the_sum_of_buffers(fake):
+    g = lm.Graph()
+    x = g.tensor("x", (1000,))
+    y = x
+    for _ in range(10):
+        y = (y * 1.5).sin()
+    y.output("y")
+    ex = executor(g)
+    out = ex.run({"x": np.linspace(0, 1, 1000, dtype=np.float32)}, {})["y"]
+    want = np.linspace(0, 1, 1000, dtype=np.float32)
+    for _ in range(10):
+        want = np.sin(want * np.float32(1.5))
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+    total = sum(n for i, n in ex._nbytes.items() if i not in ex.inputs.values())
+    assert ex.stats["arena_bytes"] < total / 3  # dead buffers are reused
+
+
+def test_dims_change_patches_instead_of_rebuilding(fake):
+    g = lm.Graph()
+    x = g.tensor("x", ("s", 1024))
+    x.exp2().sum(axis=1).output("y")
+    ex = executor(g)
+    for s in (64, 8, 33, 64, 1):
+        xa = np.random.default_rng(s).standard_normal((s, 1024)).astype(np.float32)
+        np.testing.assert_allclose(ex.run({"x": xa}, {"s": s})["y"], np.exp2(xa.astype(np.float64)).sum(1), rtol=1e-5)
+    assert ex.stats["graph_builds"] == 1 and ex.stats["graph_patches"] >= 4, ex.stats
+    assert fake.LOG.count("instantiate") == 1
+
+
+def test_persistent_inputs_upload_once_and_carry_state(fake):
+    g = lm.Graph()
+    w = g.tensor("w", (4,)).persist()
+    st = g.tensor("state", (4,)).persist()
+    x = g.tensor("x", (4,))
+    (x * w).output("y")
+    (st + x).output("new_state")
+    ex = executor(g)
+    ex.set_persistent(frozenset({"w", "state"}))
+    w_np, s_np, x_np = np.arange(4, dtype=np.float32), np.zeros(4, np.float32), np.ones(4, np.float32)
+    ex.carry("new_state", "state")
+    for step in range(3):
+        fake.LOG.clear()
+        out = ex.run({"w": w_np, "state": s_np, "x": x_np * (step + 1)}, {})
+        np.testing.assert_array_equal(out["y"], w_np * (step + 1))
+        assert fake.LOG.count("htod 16") == (3 if step == 0 else 1), fake.LOG  # only x travels after step 0
+    np.testing.assert_array_equal(ex.run_device({"w": w_np, "state": s_np, "x": x_np}, {})["new_state"].numpy(),
+                                  np.full(4, 7, np.float32))  # fmt: skip
+    with pytest.raises(lm.InputError, match="persist"):
+        ex.carry("y", "x")
+
+
+def test_profile_on_ones_and_extents(fake):
+    from luminal.backends.cuda.backend import input_extents
+
+    g, specs = build("reduce_f32")
+    llir = plan(g)
+    ex = runtime.CudaExecutor(llir.nodes)
+    fake_driver.bind(ex)
+    ext = input_extents(llir.nodes, {"s": 5})
+    assert ext == {"x": 5 * 40}
+    assert ex.profile({"s": 5}, ext) > 0
+    assert not ex._uploaded
+
+
+def test_unsupported_ops_are_refused(fake):
+    from luminal.hlir import Add, Input, Output
+    from luminal.shape.expr import z
+
+    class N:
+        def __init__(self, op, inputs, dtype):
+            self.op, self.inputs, self.dtype = op, inputs, dtype
+
+    nodes = [N(Input("a", lm.f32), (), lm.f32), N(Add((lm.Graph().tensor("q", (2,)).shape[0],), (z,), (z,)), (0, 0), lm.f32),
+             N(Output("y"), (1,), lm.f32)]  # fmt: skip
+    with pytest.raises(lm.BackendError, match="Add"):
+        runtime.CudaExecutor(nodes)
+
+
+def test_all_cases_listed():
+    assert {"reduce_f32", "index_f32", "ints_i8"} <= set(cases())
