@@ -174,46 +174,50 @@ def check_op(
     extra_dims: Sequence[str] = (),
     out_dtypes: Mapping[str, object] | None = None,
     prep: Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, np.ndarray]] | None = None,
+    runs: int = 2,
 ) -> None:
-    """Check one op (or one graph of variants) against numpy on one hypothesis example.
+    """Check one op (or one graph of variants) against numpy on one hypothesis example: the model
+    compiled once for `key` runs `runs` times, each at freshly drawn sizes and data.
 
     `data` is hypothesis' `st.data()` object. `extra_dims` are dim names that no input shape fixes
     (they are drawn, passed in `dims=`, and given to `ref` as `dims=`). `prep(arrays, dims)` may
     rewrite the drawn arrays (e.g. to make indices valid for the drawn sizes). `out_dtypes` asserts
-    the graph dtype of named outputs.
-    `tol` scales the dtype's tolerance (a number, or per output name; 0 = exact).
+    the graph dtype of named outputs. `tol` scales the dtype's tolerance (a number, or per output
+    name; 0 = exact).
     """
     dt = to_dtype(dtype)
     key = key if isinstance(key, tuple) else (key,)
     model, names, dts = model_for(key, build, args, dt)
-    syms = _dims_of(args) + [d for d in extra_dims if d not in _dims_of(args)]
-    env = {}
-    for s in syms:
-        if isinstance(dim_sizes, Mapping):
-            strat = dim_sizes.get(s, sizes())
-        else:
-            strat = sizes() if dim_sizes is None else dim_sizes
-        env[s] = data.draw(strat, label=f"dim {s}")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
-    arrays = {}
-    for name, a in args.items():
-        shape = tuple(env[d] if isinstance(d, str) else d for d in a.shape)
-        arrays[name] = make_array(rng, shape, to_dtype(a.dtype) if a.dtype is not None else dt, a)
-    if prep is not None:
-        arrays = prep(dict(arrays), env)
-    outs = model.run(arrays, dims={d: env[d] for d in extra_dims})
-    with np.errstate(all="ignore"):
-        kw = {"dims": env} if extra_dims else {}
-        expected = ref(*(widen(arrays[n]) for n in args), **kw)
-    if not isinstance(expected, dict):
-        expected = {"out": expected}
-    assert set(expected) == set(names), f"reference gives {sorted(expected)}, graph outputs {sorted(names)}"
     for name in names:
-        odt = dts[name]
         if out_dtypes and name in out_dtypes:
-            assert odt == to_dtype(out_dtypes[name]), f"{key}/{name}: graph dtype {odt}, expected {out_dtypes[name]}"
-        elif dt.is_float and np.asarray(expected[name]).dtype.kind == "f":
-            assert odt == dt, f"{key}/{name}: float op on {dt} gave a {odt} tensor"
-        what = f"{'/'.join(map(str, key))}[{name}] dtype={dt} dims={env}"
-        scale = tol.get(name, 1.0) if isinstance(tol, Mapping) else tol
-        assert_matches(outs[name], expected[name], odt, scale, what)
+            assert dts[name] == to_dtype(out_dtypes[name]), f"{key}/{name}: dtype {dts[name]}, not {out_dtypes[name]}"
+    syms = _dims_of(args) + [d for d in extra_dims if d not in _dims_of(args)]
+    for run in range(runs):
+        env = {}
+        for s in syms:
+            if isinstance(dim_sizes, Mapping):
+                strat = dim_sizes.get(s, sizes())
+            else:
+                strat = sizes() if dim_sizes is None else dim_sizes
+            env[s] = data.draw(strat, label=f"run {run} dim {s}")
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label=f"run {run} seed"))
+        arrays = {}
+        for name, a in args.items():
+            shape = tuple(env[d] if isinstance(d, str) else d for d in a.shape)
+            arrays[name] = make_array(rng, shape, to_dtype(a.dtype) if a.dtype is not None else dt, a)
+        if prep is not None:
+            arrays = prep(dict(arrays), env)
+        outs = model.run(arrays, dims={d: env[d] for d in extra_dims})
+        with np.errstate(all="ignore"):
+            kw = {"dims": env} if extra_dims else {}
+            expected = ref(*(widen(arrays[n]) for n in args), **kw)
+        if not isinstance(expected, dict):
+            expected = {"out": expected}
+        assert set(expected) == set(names), f"reference gives {sorted(expected)}, graph outputs {sorted(names)}"
+        for name in names:
+            odt = dts[name]
+            if not (out_dtypes and name in out_dtypes) and dt.is_float and np.asarray(expected[name]).dtype.kind == "f":
+                assert odt == dt, f"{key}/{name}: float op on {dt} gave a {odt} tensor"
+            what = f"{'/'.join(map(str, key))}[{name}] dtype={dt} dims={env}"
+            scale = tol.get(name, 1.0) if isinstance(tol, Mapping) else tol
+            assert_matches(outs[name], expected[name], odt, scale, what)

@@ -1,11 +1,12 @@
 """On-disk compile cache: saturated e-graph and chosen plans, keyed by what determines them.
 
-Key = sha256(program text + backend name + device + luminal version + cache format). An entry is
-a directory `<root>/<key[:2]>/<key>/` holding `egraph.json.gz` (egglog's serialized e-graph) and
-`plan-<search key>.json` (the chosen LLIR per search settings). Every file is written to a temp
-file and moved into place with os.replace, and carries its own key and a checksum of its payload:
-anything unreadable, corrupt or stale is ignored (logged) and rebuilt, never trusted. The cache keeps
-the MAX_ENTRIES most recently written entries.
+Key = sha256(program text + backend name + device + luminal version, with a digest of the
+compiler and backend sources, + cache format). An entry is a directory `<root>/<key[:2]>/<key>/`
+holding `egraph.json.gz` (egglog's serialized e-graph) and `plan-<search key>.json` (the chosen
+LLIR per search settings). Every file is written to a temp file and moved into place with
+os.replace, and carries its own key and a checksum of its payload: anything unreadable, corrupt or
+stale is ignored (logged) and rebuilt, never trusted. The cache keeps the MAX_ENTRIES most
+recently written entries.
 """
 
 from __future__ import annotations

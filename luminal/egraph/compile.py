@@ -7,12 +7,15 @@ an executor (bucket dispatch when there are several plans) and the stats dict of
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 from luminal import flags
@@ -113,7 +116,8 @@ class _Compilation:
         st = self.stats
         t = time.perf_counter()
         gp = prog.serialize_graph(self.graph, self.registry, bounds)
-        key = cache_key(self.head + gp.text + self.phases_text, self.backend.name, self.backend.device, _version())
+        be = self.backend
+        key = cache_key(self.head + gp.text + self.phases_text, be.name, be.device, _version(be))
         skey = self.search_key[:16]
         st["time_serialize_s"] += time.perf_counter() - t
         st["live_hlir_nodes"] = gp.n_nodes
@@ -222,7 +226,23 @@ def format_stats(stats: Mapping) -> str:
     return "\n".join(rows)
 
 
-def _version() -> str:
+def _version(backend: Backend) -> str:
+    """luminal's version plus a digest of the compiler and backend sources: during development the
+    version string stays put while the extractor or a backend changes, and a plan cached by older
+    code must not be trusted."""
     import luminal
 
-    return getattr(luminal, "__version__", "0")
+    mod = sys.modules.get(type(backend).__module__)
+    pkg = Path(mod.__file__).parent if mod is not None and getattr(mod, "__file__", None) else None
+    return f"{getattr(luminal, '__version__', '0')}+{_source_digest(pkg)}"
+
+
+@cache
+def _source_digest(backend_dir: Path | None) -> str:
+    root = Path(__file__).parents[1]
+    dirs = [root / "egraph", root / "hlir", root / "shape", *([backend_dir] if backend_dir else [])]
+    h = hashlib.sha256()
+    for d in dirs:
+        for f in sorted(p for p in d.rglob("*") if p.suffix in (".py", ".egg")):
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -3,7 +3,8 @@
 There is no cost model in the compiler: a candidate is a genome (one e-node per searchable
 e-class), extracted to LLIR, deduplicated by LLIR fingerprint and ranked by `backend.profile`.
 The first generation holds the backend-preferred genome (its own ops wherever they exist), the
-grounded genome (the plain HLIR plan) and random genomes; each later generation mutates the best
+grounded genome (each class's first runnable term found bottom-up: the shallowest plan) and
+random genomes; each later generation mutates the best
 parents, re-choosing 1..`mutations` classes among those reachable from the parent's plan. The
 budget is a count of distinct profiled candidates and a wall-clock limit; with a fixed `seed`
 the result is reproducible whenever the count, not the clock, ends the search.

@@ -108,14 +108,22 @@ def mean(t, axis: Axis = None, keepdim: bool = False):
     return sum(t, axis, keepdim) / _dim_scalar(t, _count(t, axis))
 
 
+def _wide(t: GraphTensor) -> GraphTensor:
+    """Floats narrower than f32 as f32: statistics (var, norms) subtract a mean, and rounding that
+    mean to 16 bits would cancel most of the difference's precision (docs/numerics.md)."""
+    return t.cast(DType.f32) if t.dtype.bits < 32 else t
+
+
 def var(t, axis: Axis = None, keepdim: bool = False, correction: int = 0):
     _float(t, "var")
-    d = t - mean(t, axis, keepdim=True)
-    return sum(d * d, axis, keepdim) / _dim_scalar(t, _count(t, axis) - correction)
+    x = _wide(t)
+    d = x - mean(x, axis, keepdim=True)
+    return (sum(d * d, axis, keepdim) / _dim_scalar(x, _count(x, axis) - correction)).cast(t.dtype)
 
 
 def std(t, axis: Axis = None, keepdim: bool = False, correction: int = 0):
-    return var(t, axis, keepdim, correction).sqrt()
+    _float(t, "std")
+    return var(_wide(t), axis, keepdim, correction).sqrt().cast(t.dtype)
 
 
 def prod_(t, axis: Axis = None, keepdim: bool = False):
@@ -168,13 +176,15 @@ def log_softmax(t, axis: int = -1):
 
 def layer_norm(t, axis: Axis = -1, eps: float = 1e-5):
     _float(t, "layer_norm")
-    d = t - mean(t, axis, keepdim=True)
-    return d * (mean(d * d, axis, keepdim=True) + eps).rsqrt()
+    x = _wide(t)
+    d = x - mean(x, axis, keepdim=True)
+    return (d * (mean(d * d, axis, keepdim=True) + eps).rsqrt()).cast(t.dtype)
 
 
 def rms_norm(t, axis: Axis = -1, eps: float = 1e-6):
     _float(t, "rms_norm")
-    return t * (mean(t * t, axis, keepdim=True) + eps).rsqrt()
+    x = _wide(t)
+    return (x * (mean(x * x, axis, keepdim=True) + eps).rsqrt()).cast(t.dtype)
 
 
 def cumsum(t, axis: int = -1):

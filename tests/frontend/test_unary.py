@@ -1,5 +1,5 @@
 """Property tests of the unary ops against numpy: every dtype they are defined on, contiguous and
-transposed inputs, one compile per (op, dtype)."""
+transposed inputs; all ops of a dtype share one graph, so one compile per dtype."""
 
 from __future__ import annotations
 

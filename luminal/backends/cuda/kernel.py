@@ -28,6 +28,7 @@ from luminal.shape.tracker import ShapeTracker
 EW_BLOCK = 256  # threads per block of elementwise kernels
 EW_UNROLL = 4  # elements per thread (strided by EW_BLOCK: coalesced, 4 loads in flight)
 EW_TILE = EW_BLOCK * EW_UNROLL
+ERROR_SLOT = "!error"  # slots key: dims-buffer index of the (flag, value) pair kernels report errors in
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import numpy as np
 
 from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
-from luminal.backends.cuda.kernel import Kernel, KernelOp, source
+from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp, source
+from luminal.backends.cuda.kernels.indexing import KernelGather
 from luminal.dtype import DType
 from luminal.errors import BackendError, InputError
 from luminal.hlir import Input, Output
@@ -99,8 +100,12 @@ class CudaExecutor:
             elif isinstance(n.op, HostOp):
                 names |= n.op.dim_names() | n.op.out_size().dims()
         self.slots = {d: i for i, d in enumerate(sorted(names))}
+        # two words after the dims: (flag, value) a kernel sets to report an error (Gather out of range)
+        self._err = len(self.slots)
         t0 = time.perf_counter()
-        rendered = {i: n.op.render(self.slots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
+        kslots = {**self.slots, ERROR_SLOT: self._err}
+        rendered = {i: n.op.render(kslots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
+        self._reports = any(isinstance(n.op, KernelGather) for n in self.nodes)
         mods = load_kernels(list(rendered.values()))
         self.steps: list[Step] = []
         for i, n in enumerate(self.nodes):  # topological order: kernels and host ops interleaved
@@ -124,8 +129,9 @@ class CudaExecutor:
         self._arena: driver.DeviceBuffer | None = None
         self._in_bufs: dict[str, driver.DeviceBuffer] = {}
         self._uploaded: dict[str, int] = {}  # persistent label -> id() of the array last uploaded
-        self._dims_buf = driver.DeviceBuffer(8 * max(1, len(self.slots)))
-        self._dims_host = np.zeros(max(1, len(self.slots)), np.int64)
+        self._dims_buf = driver.DeviceBuffer(8 * (len(self.slots) + 2))
+        self._dims_host = np.zeros(len(self.slots) + 2, np.int64)  # dims, then the error pair (cleared)
+        self._err_host = np.zeros(2, np.int64)
         self._graph: driver.Graph | None = None
         self._grids: list[int] = []
         self._params: list[driver.Params] = []
@@ -133,6 +139,8 @@ class CudaExecutor:
         self._carry: list[tuple[str, str]] = []
         self._env_key: tuple | None = None
         self._env: dict[str, int] = {}
+        self._nbytes: dict[int, int] = {}  # computed node -> output bytes at the current dims
+        self._in_nbytes: dict[int, int] = {}  # input node -> bytes of the array last fed
         self._host_state: dict[int, tuple] = {}  # step -> (signature, pointers) it was prepared/captured for
 
     # -- public -----------------------------------------------------------------------------------
@@ -142,7 +150,11 @@ class CudaExecutor:
         for label, v in views.items():
             out[label] = arr = np.empty(v.size, v.dtype.np)
             driver.dtoh(arr, v.ptr, self.dev.stream)
+        if self._reports:
+            driver.dtoh(self._err_host, self._dims_buf.ptr + 8 * self._err, self.dev.stream)
         self.dev.synchronize()
+        if self._reports and self._err_host[0]:
+            raise BackendError(f"Gather: index {int(self._err_host[1])} out of range for its data (cuda kernel)")
         return out
 
     def run_device(self, feed: Mapping[str, np.ndarray], env: Mapping[str, int]) -> dict[str, DeviceView]:
@@ -151,12 +163,13 @@ class CudaExecutor:
         self._execute()
         for out, inp in self._carry:
             src = self.outputs[out]
-            if self._nbytes[src] > self._in_bufs[inp].nbytes:
+            nbytes = self._bytes(src)
+            if nbytes > self._in_bufs[inp].nbytes:
                 raise InputError(
-                    f"carry {out!r} -> {inp!r}: output has {self._nbytes[src]} bytes, input {self._in_bufs[inp].nbytes}"
+                    f"carry {out!r} -> {inp!r}: output has {nbytes} bytes, input {self._in_bufs[inp].nbytes}"
                 )
-            driver.dtod(self._in_bufs[inp].ptr, self._ptrs[src], self._nbytes[src], self.dev.stream)
-        return {label: DeviceView(self._ptrs[s], self._nbytes[s] // self.nodes[s].dtype.itemsize, self.nodes[s].dtype)
+            driver.dtod(self._in_bufs[inp].ptr, self._ptrs[src], nbytes, self.dev.stream)
+        return {label: DeviceView(self._ptrs[s], self._bytes(s) // self.nodes[s].dtype.itemsize, self.nodes[s].dtype)
                 for label, s in self.outputs.items()}  # fmt: skip
 
     def set_persistent(self, names: frozenset[str]) -> None:
@@ -255,17 +268,17 @@ class CudaExecutor:
                 self._uploaded.pop(label, None)
                 moved = True
             self._ptrs[i] = buf.ptr
-            self._nbytes[i] = arr.nbytes
+            self._in_nbytes[i] = arr.nbytes
             if label in self.persistent and self._uploaded.get(label) == id(feed[label]):
                 continue
             driver.htod(buf.ptr, arr, self.dev.stream)
             if label in self.persistent:
                 self._uploaded[label] = id(feed[label])
-        for i, n in enumerate(self.nodes):
-            if isinstance(n.op, Output):
-                src = n.inputs[0]
-                self._ptrs[i], self._nbytes[i] = self._ptrs[src], self._nbytes[src]
         return moved
+
+    def _bytes(self, i: int) -> int:
+        """Bytes of node i's buffer this run (a kernel/host output, or an input as uploaded)."""
+        return self._nbytes[i] if i in self._nbytes else self._in_nbytes[i]
 
     def _host_ptrs(self, s: Step) -> tuple[int, tuple[int, ...]]:
         n = self.nodes[s.node]

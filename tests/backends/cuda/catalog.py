@@ -51,8 +51,10 @@ VIEWS = (CONTIG, PERM, MERGED)
 def kernels_for(dt: DType) -> list:
     out: list = []
     if dt.is_float:
-        for cls in (KernelLog2, KernelExp2, KernelSin, KernelSqrt, KernelRecip):
-            out += [cls(v.dims, v.strides, dt) for v in VIEWS]
+        out += [
+            cls(CONTIG.dims, CONTIG.strides, dt) for cls in (KernelLog2, KernelExp2, KernelSin, KernelSqrt, KernelRecip)
+        ]
+        out += [KernelExp2(v.dims, v.strides, dt) for v in (PERM, MERGED)]  # the strided index paths
     for cls in (KernelAdd, KernelMul, KernelMod, KernelLessThan):
         out.append(cls(CONTIG.dims, CONTIG.strides, BCAST.strides, dt))
         out.append(cls(CONTIG.dims, CONTIG.strides, CONTIG.strides, dt))  # vectorized path
@@ -67,7 +69,8 @@ def kernels_for(dt: DType) -> list:
     out.append(KernelGather(CONTIG.dims, CONTIG.strides, (s, num(8)), PERM.strides, dt, DType.i32))
     out.append(KernelGather((s,), (z,), (num(16),), (z,), dt, DType.i64))
     out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))
-    out += [KernelCast(v.dims, v.strides, to, dt) for to in DTYPES if to != dt for v in (PERM, CONTIG)]
+    out += [KernelCast(CONTIG.dims, CONTIG.strides, to, dt) for to in DTYPES if to != dt]  # every conversion
+    out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in (DType.f32, DType.i32) if to != dt]  # strided
     return out
 
 

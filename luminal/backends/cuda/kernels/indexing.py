@@ -1,8 +1,9 @@
 """Data-dependent indexing kernels: KernelGather and KernelScatter.
 
 KernelGather = Gather's fields + dtype (of data) + index_dtype: out[i] = data_view[idx_view[i]]
-(the index value is a flat logical index into the data view). An out-of-range index reads 0
-(the reference raises; a kernel cannot).
+(the index value is a flat logical index into the data view). An out-of-range index reads 0 and
+is reported in the plan's error slot of the dims buffer; the runtime then raises BackendError,
+like the reference.
 KernelScatter = Scatter's fields + dtype (of dest, src and out) + index_dtype. Parallel and
 deterministic "last write wins" in three launches over a scratch of one u64 per output element:
 copy dest into out and clear the scratch; atomicMax(scratch[idx[j]], j + 1) over the indexes; write
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from luminal.backends.cuda.kernel import (
+    ERROR_SLOT,
     EW_BLOCK,
     EW_TILE,
     EW_UNROLL,
@@ -56,8 +58,13 @@ class KernelGather(KernelOp):
         decls = dim_decls(self.dim_names(), slots) + f"  const long long nd = {c_expr(prod(self.data_shape))};\n"
         ii = index_c(self.index_shape, self.index_strides)
         di = index_c(self.data_shape, self.data_strides, "j")
+        report = ""
+        if ERROR_SLOT in slots:  # the runtime raises BackendError after the run, like the reference
+            e = slots[ERROR_SLOT]
+            report = f"        ((long long*)dims)[{e}] = 1;\n        ((long long*)dims)[{e + 1}] = j;\n"
         body = (f"      const long long j = (long long)in0[{ii}];\n"
-                f"      out[i] = (j >= 0 && j < nd) ? in1[{di}] : {store(dt, '0')};")  # fmt: skip
+                f"      if (j >= 0 && j < nd) {{\n        out[i] = in1[{di}];\n      }} else {{\n"
+                f"        out[i] = {store(dt, '0')};\n{report}      }}")  # fmt: skip
         return elementwise(self.prefix, dt, [self.index_dtype, dt], prod(self.index_shape), body, decls,
                            headers(dt))  # fmt: skip
 
