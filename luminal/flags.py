@@ -24,7 +24,8 @@ class Flag:
 DEBUG = Flag("LUMINAL_DEBUG", "0", "1: log each compile's per-phase table (timings, sizes, matches) at INFO")
 DUMP = Flag("LUMINAL_DUMP", "", "a directory: write each compile's egglog program, e-graph stats and LLIR (.html)")
 CACHE = Flag("LUMINAL_CACHE", "", "compile-cache directory; '0' or 'off' disables it (default: user cache dir)")
-FLAGS = (DEBUG, DUMP, CACHE)
+TF32 = Flag("LUMINAL_TF32", "0", "1: f32 cuBLASLt matmuls may round inputs to TF32 (tensor cores); default exact f32")
+FLAGS = (DEBUG, DUMP, CACHE, TF32)
 
 
 def debug() -> bool:
@@ -32,6 +33,10 @@ def debug() -> bool:
     if on:
         _ensure_handler()
     return on
+
+
+def tf32() -> bool:
+    return TF32.raw().strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def dump_dir() -> Path | None:

@@ -89,6 +89,29 @@ class Safetensors:
         return np.memmap(path, dtype=dt, mode="r", offset=base + start, shape=shape)
 
 
+class Renamed:
+    """A tensor source seen through other names: graph name -> the first of `candidates(name)` it has
+    (e.g. the text tower of a multimodal checkpoint under `model.language_model.`)."""
+
+    def __init__(self, source, candidates):
+        self.source, self.candidates = source, candidates
+
+    def _find(self, name: str) -> str | None:
+        return next((c for c in self.candidates(name) if c in self.source), None)
+
+    def __contains__(self, name: str) -> bool:
+        return self._find(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.source)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        found = self._find(name)
+        if found is None:
+            raise KeyError(name)
+        return self.source[found]
+
+
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: ml_dtypes.bfloat16}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import luminal as lm
 from luminal.errors import InputError
 from luminal.graph import Graph
-from models.checkpoint import Safetensors, UnsupportedModelError, bind, read_config
+from models.checkpoint import Renamed, Safetensors, UnsupportedModelError, bind, read_config
 
 
 def progress(items: Iterable, desc: str, total: int | None = None) -> Iterable:
@@ -222,8 +222,8 @@ def load_tokenizer(model_dir: str | Path):
 class TextStream:
     """Prints decoded text as tokens arrive (decoding the whole suffix so multi-token characters work)."""
 
-    def __init__(self, tokenizer, out=sys.stdout):
-        self.tokenizer, self.out, self.ids, self.shown = tokenizer, out, [], ""
+    def __init__(self, tokenizer, out=None):
+        self.tokenizer, self.out, self.ids, self.shown = tokenizer, out or sys.stdout, [], ""
 
     def __call__(self, tok: int) -> None:
         self.ids.append(tok)
@@ -256,16 +256,18 @@ def decoder(model, weights: dict, backend: str) -> Decoder:
     )
 
 
-def load_hf(model_dir, backend: str, max_seq: int, config_cls, architectures: dict, build) -> CausalLM:
+def load_hf(model_dir, backend: str, max_seq: int, config_cls, architectures: dict, build, rename=None) -> CausalLM:
     """A decoder-only HF directory: check the architecture, read config.json into `config_cls`, build the
-    graph with `build(cfg, capacity)`, bind the safetensors weights by name, load the tokenizer."""
+    graph with `build(cfg, capacity)`, bind the safetensors weights by name (through `rename`, graph name ->
+    candidate checkpoint names, when given), load the tokenizer."""
     c = read_config(model_dir)
     arch = (c.get("architectures") or ["?"])[0]
     if arch not in architectures:
         raise UnsupportedModelError(f"{model_dir}: architecture {arch!r} is not one of {sorted(architectures)}")
     cfg = config_cls.from_hf(c)
     model = build(cfg, min(max_seq, c.get("max_position_embeddings") or max_seq))
-    weights = bind(model.weight_shapes(), Safetensors.from_dir(model_dir), progress)
+    source = Safetensors.from_dir(model_dir)
+    weights = bind(model.weight_shapes(), Renamed(source, rename) if rename else source, progress)
     stop = stop_ids_from(model_dir, c)
     return CausalLM(decoder(model, weights, backend), load_tokenizer(model_dir), stop, arch)
 

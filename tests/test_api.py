@@ -159,3 +159,26 @@ def test_one_plan_serves_every_size():
         xv = rng.standard_normal((s, d)).astype(np.float32)
         e = np.exp(xv - xv.max(-1, keepdims=True))
         np.testing.assert_allclose(m.run({"x": xv})["y"], (e / e.sum(-1, keepdims=True)) @ xv.T, rtol=1e-5, atol=1e-6)
+
+
+def test_every_op_is_made_of_primitives():
+    """A graph using every public op holds only HLIR primitives (+ Input/Output/Constant)."""
+    from luminal.hlir import HLIR_OPS
+
+    g = lm.Graph()
+    x, i, b = g.tensor("x", ("s", 4)), g.tensor("i", (3,), lm.i32), g.tensor("b", ("s", 4), lm.bool)
+    unary = "exp exp2 log log2 sin cos sqrt rsqrt reciprocal square abs sign relu sigmoid silu tanh gelu gelu_tanh"
+    outs = [getattr(x, n)() for n in (*unary.split(), "softplus")]
+    outs += [x.sum(0), x.max(), x.min(1), x.mean(), x.var(), x.std(), x.prod(), x.argmax(), x.argmin(0), x.softmax(),
+             x.log_softmax(), x.cumsum(), x.topk(2)[0], x.reshape(-1), x.permute(1, 0), x.transpose(), x.unsqueeze(0),
+             x.squeeze(), x.flatten(), x.expand(2, "s", 4), x[1:, ::-2], x.pad(((1, 0), (0, 1))), x.repeat(2, 1),
+             x.gather(i, 1), x.take_along_axis(i.reshape(1, 3), 1), x.scatter(i, 0.5), x.cast(lm.bf16),
+             x.maximum(1), x.minimum(x), x.clip(0, 1), x.pow(1.5), x**2, x.where(b, 0), x @ x.T, x.layer_norm(),
+             x.rms_norm(), x.tril(), x.triu(1), lm.concat([x, x]), lm.stack([x, x]), lm.where(b, x, 1.0),
+             x + 1, x - x, x * 2, x / 3, x // 2, x % 2, -x, x < 1, x <= 1, x > 1, x >= 1, x.eq(1), x.ne(1),
+             b & b, b | b, ~b, g.arange("s"), g.full(("s",), 2.0), g.zeros((2,)), g.ones((2,)),
+             g.constant(3)]  # fmt: skip
+    for k, t in enumerate(outs):
+        t.output(f"o{k}")
+    kinds = {type(n.op) for n in g.nodes}
+    assert kinds <= set(HLIR_OPS), kinds - set(HLIR_OPS)

@@ -83,7 +83,7 @@ def _prep_nonzero(arrays, env):
     """Divisors away from zero (both operands appear as divisors in the variants)."""
     out = {}
     for k, v in arrays.items():
-        if v.dtype.kind == "i":
+        if v.dtype.kind in "iu":
             out[k] = np.where(v == 0, 7, v).astype(v.dtype)
         else:
             out[k] = np.where(np.abs(v.astype(np.float32)) < 0.25, 0.75, v).astype(v.dtype)
@@ -305,3 +305,25 @@ def test_int_extremes_wrap():
     with np.errstate(over="ignore"):
         assert out["inc"].tolist() == (v + np.int32(1)).tolist() and out["dbl"].tolist() == (v * np.int32(2)).tolist()
         assert out["abs"].tolist() == np.abs(v).tolist() and out["neg"].tolist() == (-v).tolist()
+
+
+@pytest.mark.parametrize("dtype", (lm.i8, lm.u8, lm.i16, lm.i64, lm.f64), ids=str)
+@given(data=st.data())
+def test_other_dtypes(dtype, data):
+    """The remaining numeric dtypes: arithmetic wraps like numpy's fixed-width ints, f64 is f64."""
+
+    def build(g, a, b):
+        return {"add": a + b, "sub": a - b, "mul": a * b, "neg": -a, "lt": a < b, "eq": a.eq(b), "max": a.maximum(b),
+                "min": a.minimum(b), "sum": (a * b).sum(axis=0), "amax": a.max(axis=-1), "amin": a.min(axis=(0, 1)),
+                "mod": a % b, "div": a / b}  # fmt: skip
+
+    def ref(a, b):
+        div = np.divide(a, b) if dtype.is_float else tdiv(a, b)
+        return {"add": a + b, "sub": a - b, "mul": a * b, "neg": -a, "lt": a < b, "eq": a == b,
+                "max": np.maximum(a, b), "min": np.minimum(a, b), "sum": (a * b).sum(axis=0), "amax": a.max(axis=-1),
+                "amin": a.min(axis=(0, 1)), "mod": np.fmod(a, b), "div": div}  # fmt: skip
+
+    info = None if dtype.is_float else np.iinfo(dtype.np)
+    lo, hi = (-50.0, 50.0) if info is None else (max(info.min, -300), min(info.max, 300))
+    check_op(data, "other_dtypes", build, ref, {"a": Arg(A, lo=lo, hi=hi), "b": Arg(B, lo=lo, hi=hi)}, dtype,
+             prep=_prep_nonzero)  # fmt: skip

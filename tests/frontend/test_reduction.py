@@ -27,11 +27,15 @@ def _variants(method, np_fn, kw=None):
     def build(g, x):
         out = {n: getattr(x, method)(axis=ax, **kw) for n, ax in AXES.items()}
         out.update({f"{n}_keep": getattr(x, method)(axis=AXES[n], keepdim=True, **kw) for n in KEEP})
+        out["perm"] = getattr(x.permute(2, 0, 1), method)(axis=(0, 2), **kw)  # a strided view
+        out["bcast"] = getattr(x.unsqueeze(1).expand("a", 2, "b", "c"), method)(axis=1, **kw)  # a stride-0 axis
         return out
 
     def ref(x):
         out = {n: np_fn(x, axis=ax) for n, ax in AXES.items()}
         out.update({f"{n}_keep": np_fn(x, axis=AXES[n], keepdims=True) for n in KEEP})
+        out["perm"] = np_fn(x.transpose(2, 0, 1), axis=(0, 2))
+        out["bcast"] = np_fn(np.broadcast_to(x[:, None], (x.shape[0], 2, *x.shape[1:])), axis=1)
         return out
 
     return build, ref

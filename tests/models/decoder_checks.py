@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.models.conftest import assert_close, golden
+from tests.models.conftest import GOLDENS, assert_close, golden
 
 
 def check_golden(load, name: str) -> None:
     g = golden(name)
-    model = load(f"tests/models/goldens/{name}", backend="reference")
+    model = load(GOLDENS / name, backend="reference")
     ids = g["input_ids"].tolist()
     assert_close(model.logits(ids), g["logits"], f"{name} prompt logits")
     steps: list[np.ndarray] = []
@@ -33,7 +33,7 @@ def check_golden(load, name: str) -> None:
 
 def check_cache_equals_recompute(load, name: str) -> None:
     """Logits of token t decoded one at a time with the cache == logits of the full sequence."""
-    model = load(f"tests/models/goldens/{name}", backend="reference")
+    model = load(GOLDENS / name, backend="reference")
     ids = golden(name)["input_ids"].tolist()
     full = model.logits(ids)
     dec = model.decoder
@@ -44,7 +44,7 @@ def check_cache_equals_recompute(load, name: str) -> None:
 
 
 def check_one_compile_many_lengths(load, name: str) -> None:
-    model = load(f"tests/models/goldens/{name}", backend="reference")
+    model = load(GOLDENS / name, backend="reference")
     g = golden(name)
     compiled = model.decoder.model
     for n in (1, 3, 8, len(g["input_ids"])):

@@ -7,6 +7,7 @@ import pytest
 
 from models import llama
 from models.common import Sampler, Stats, TextStream, load_random_preset, random_weights
+from tests.models.conftest import GOLDENS
 
 
 def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
@@ -35,7 +36,7 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
 
 
 def test_generate_stops_at_stop_token_and_reports_stats():
-    model = llama.load("tests/models/goldens/llama", backend="reference")
+    model = llama.load(GOLDENS / "llama", backend="reference")
     ids = [5, 6, 7]
     free = model.generate(ids, 5, stop_ids=())
     assert len(free) == 5
@@ -48,7 +49,7 @@ def test_generate_stops_at_stop_token_and_reports_stats():
 
 
 def test_seeded_sampling_generation_is_reproducible():
-    model = llama.load("tests/models/goldens/llama", backend="reference")
+    model = llama.load(GOLDENS / "llama", backend="reference")
     s = Sampler(temperature=1.0, top_k=20, top_p=0.9, seed=7)
     assert model.generate([1, 2, 3], 6, s, stop_ids=()) == model.generate([1, 2, 3], 6, s, stop_ids=())
 
@@ -87,7 +88,7 @@ def test_load_random_preset_truncated_runs():
 
 
 def test_cli_runs_a_checkpoint(capsys):
-    llama.main(["--model", "tests/models/goldens/llama", "--prompt", "x", "--max-new-tokens", "2",
+    llama.main(["--model", str(GOLDENS / "llama"), "--prompt", "x", "--max-new-tokens", "2",
                 "--backend", "reference"])  # fmt: skip
     captured = capsys.readouterr()
     assert "TTFT" in captured.err
@@ -108,7 +109,22 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
 def test_generate_checks_capacity_up_front():
     import luminal as lm
 
-    model = llama.load("tests/models/goldens/llama", backend="reference", max_seq=10)
+    model = llama.load(GOLDENS / "llama", backend="reference", max_seq=10)
     with pytest.raises(lm.InputError, match="capacity 10"):
         model.generate(list(range(8)), 4)
     assert len(model.generate(list(range(8)), 3, stop_ids=())) == 3
+
+
+def test_cli_streams_decoded_text_with_a_tokenizer(copy_golden, capsys):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    d = copy_golden("llama")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(256)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins word-level pieces with spaces
+    tok.save(str(d / "tokenizer.json"))
+    llama.main(["--model", str(d), "--prompt", "w5 w6 w7", "--max-new-tokens", "3", "--backend", "reference"])
+    out = capsys.readouterr()
+    ids = llama.load(d, backend="reference").generate([5, 6, 7], 3, stop_ids=())
+    assert out.out == "w5 w6 w7" + tok.decode(ids) + "\n"
+    assert "TTFT" in out.err and "3 + 3 tokens" in out.err

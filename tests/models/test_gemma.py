@@ -23,3 +23,24 @@ def test_gemma3_layer_types_from_pattern_and_old_rope_keys():
     cfg = gemma.Config.from_hf(c)
     assert cfg.sliding == (True, True, True, True, True, False, True)
     assert cfg.rope_global.theta == 1e6 and cfg.rope_local.theta == 1e4
+
+
+def test_gemma3_multimodal_checkpoint_loads_its_text_tower(copy_golden):
+    import json
+
+    import numpy as np
+
+    from models.checkpoint import Safetensors
+    from tests.models.conftest import assert_close, golden
+    from tests.models.test_checkpoint import _write_safetensors
+
+    d = copy_golden("gemma3")
+    text = json.loads((d / "config.json").read_text())
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": text, "vision_config": {}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    st = Safetensors.from_dir(d)
+    renamed = {"language_model." + k: np.array(st[k]) for k in st}  # the original hub layout
+    renamed["vision_tower.patch.weight"] = np.zeros(3, np.float32)
+    _write_safetensors(d / "model.safetensors", renamed)
+    g = golden("gemma3")
+    assert_close(gemma.load(d, backend="reference").logits(g["input_ids"].tolist()), g["logits"], "gemma3 text tower")

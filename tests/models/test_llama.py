@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from models import llama
+from tests.models.conftest import GOLDENS
 from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
 
 
@@ -31,6 +32,6 @@ def test_llama_capacity_overflow_is_a_clear_error():
 
     import luminal as lm
 
-    model = llama.load("tests/models/goldens/llama", backend="reference", max_seq=8)
+    model = llama.load(GOLDENS / "llama", backend="reference", max_seq=8)
     with pytest.raises(lm.InputError, match="capacity 8"):
         model.logits(np.arange(9).tolist())

@@ -64,3 +64,13 @@ def test_transcribe_without_tokenizer_is_a_clear_error():
     model = whisper.load(GOLDENS / "whisper", backend="reference")
     with pytest.raises(CheckpointError, match="tokenizer.json"):
         model.transcribe(np.zeros(1600, np.float32))
+
+
+def test_long_audio_is_transcribed_in_30s_windows(monkeypatch):
+    model = whisper.load(GOLDENS / "whisper", backend="reference")
+    model.tokenizer = object()  # only the windowing is under test
+    window = 2 * model.cfg.audio_ctx * 160  # the golden's audio_ctx is 50: 1 s windows
+    seen = []
+    monkeypatch.setattr(model, "_transcribe_window", lambda a: seen.append(a.size) or f"w{len(seen)}")
+    assert model.transcribe(np.zeros(2 * window + 7, np.float32)) == "w1 w2 w3"
+    assert seen == [window, window, 7]

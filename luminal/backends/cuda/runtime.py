@@ -158,7 +158,8 @@ class CudaExecutor:
         return out
 
     def run_device(self, feed: Mapping[str, np.ndarray], env: Mapping[str, int]) -> dict[str, DeviceView]:
-        """Run and leave the outputs on the GPU (decode loops): views valid until the next run."""
+        """Run and leave the outputs on the GPU (decode loops): views valid until the next run.
+        Nothing is synchronized or read back (so a Gather index out of range is not reported)."""
         self._prepare(feed, env)
         self._execute()
         for out, inp in self._carry:

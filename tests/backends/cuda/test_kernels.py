@@ -9,7 +9,7 @@ import time
 import pytest
 
 from luminal.backends.cuda import nvrtc
-from luminal.backends.cuda.kernel import index_c, source
+from luminal.backends.cuda.kernel import ERROR_SLOT, index_c, source
 from luminal.backends.cuda.kernels import KERNEL_OPS, KernelAdd, KernelScatter
 from luminal.backends.cuda.kernels.io import f32_literal
 from luminal.dtype import DType
@@ -17,7 +17,7 @@ from luminal.errors import BackendError
 from luminal.shape.expr import num, z
 from tests.backends.cuda.catalog import CONTIG, DTYPES, MERGED, kernels_for, sources
 
-SLOTS = {"n": 0, "s": 1}
+SLOTS = {"n": 0, "s": 1, ERROR_SLOT: 2}
 
 
 @pytest.fixture
@@ -57,6 +57,14 @@ def test_dims_are_read_from_the_dims_buffer():
     assert "const long long d_s = dims[1];" in code
     with pytest.raises(BackendError, match="dims"):
         KernelAdd(CONTIG.dims, CONTIG.strides, CONTIG.strides, DType.f32).render({"n": 0})
+
+
+def test_gather_reports_out_of_range_in_the_error_slot():
+    from luminal.backends.cuda.kernels import KernelGather
+
+    op = KernelGather((num(4),), (z,), (num(16),), (z,), DType.f32, DType.i32)
+    assert "((long long*)dims)[2] = 1;" in op.render(SLOTS).code
+    assert "(long long*)dims" not in op.render({"s": 0}).code  # no error slot in the plan: no report
 
 
 def test_index_math_is_64_bit_and_matches_the_tracker():

@@ -64,3 +64,12 @@ def test_spec_maps_luminal_operands_to_the_column_major_swap():
     assert (spec.trans_a, spec.ld_a, spec.stride_a) == ("T", 8, 0)  # cuBLAS's A is luminal's B
     assert (spec.trans_b, spec.ld_b, spec.stride_b) == ("N", 8, 40)
     assert spec.align == 8  # D's leading dim n = 4 bf16 = 8 bytes bounds the alignment
+
+
+def test_f32_is_exact_unless_tf32_is_asked(monkeypatch):
+    s = var("s")
+    op = CublasLt(num(1), s, num(4), num(8), "T", num(8), num(0), "N", num(8), num(0), DType.f32, DType.f32, "DEFAULT")
+    assert op.spec({"s": 2}, [256, 256, 256]).compute == "32F"
+    monkeypatch.setenv("LUMINAL_TF32", "1")
+    assert op.spec({"s": 2}, [256, 256, 256]).compute == "32F_FAST_TF32"
+    assert _op().spec({"s": 2}, [256, 256, 256]).compute == "32F"  # bf16 is unaffected

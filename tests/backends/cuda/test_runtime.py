@@ -113,6 +113,19 @@ def test_eager_equals_graph_replay_and_profile():
     assert 0 < t < 0.1
 
 
+@cuda
+def test_gather_out_of_range_raises_like_the_reference():
+    g = lm.Graph()
+    x = g.tensor("x", (5,))
+    i = g.tensor("i", (2,), lm.i32)
+    x.gather(i).output("y")
+    m = g.compile("cuda", cache=False)
+    xa = np.arange(5, dtype=np.float32)
+    with pytest.raises(BackendError, match="out of range"):
+        m.run({"x": xa, "i": np.array([1, 9], np.int32)})
+    np.testing.assert_array_equal(m.run({"x": xa, "i": np.array([4, -5], np.int32)})["y"], [4, 0])
+
+
 def test_cuda_without_gpu_is_a_clear_error():
     if driver.device_available():
         pytest.skip("a GPU is usable here")

@@ -12,8 +12,8 @@ Fields, in egglog argument order:
   trans_a ld_a stride_a       A' (k x m): "N" = A row-major, "T" = A column-major
   dtype d_dtype epilogue      A/B dtype, D dtype (bias / C have D's), "DEFAULT" | "RELU" | "GELU"
                               (CublasLtBias: "BIAS" | "RELU_BIAS" | "GELU_BIAS")
-Every float type accumulates in f32 (CUBLAS_COMPUTE_32F: exact f32 products, no TF32; f64 in
-64F); the epilogue runs on the f32 accumulator and D is rounded once. cuBLASLt's GELU is the tanh
+Every float type accumulates in f32 (CUBLAS_COMPUTE_32F: exact f32 products, no TF32 unless
+LUMINAL_TF32=1; f64 in 64F); the epilogue runs on the f32 accumulator and D is rounded once. cuBLASLt's GELU is the tanh
 approximation (the frontend's `gelu_tanh`). Dims are evaluated at prepare time: one plan serves
 every value of a symbolic m (the heuristic is cached per concrete shape).
 """
@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from luminal import flags
 from luminal.backends.cuda.host import HostOp
 from luminal.dtype import DType
 from luminal.errors import BackendError
@@ -113,6 +114,8 @@ class CublasLt(HostOp):
         for v in (*ptrs, lda * isz, ldb * isz, (sa * isz if bt > 1 else 0), (sb * isz if bt > 1 else 0), n * osz):
             align = math.gcd(align, int(v))
         compute = "64F" if self.dtype == DType.f64 else "32F"
+        if self.dtype == DType.f32 and flags.tf32():
+            compute = "32F_FAST_TF32"  # only when asked (LUMINAL_TF32=1): TF32 rounds the inputs
         return lt.Spec(self.trans_b, self.trans_a, n, m, k, ldb, lda, bt, sb, sa, self.dtype, self.d_dtype,
                        compute, self.epilogue, self.d_dtype if self.has_bias else None, align)  # fmt: skip
 
