@@ -10,7 +10,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="luminal", description="luminal: a pure-Python ML inference compiler")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("demo", help="run the demo (what `make demo` runs)")
+    d = sub.add_parser("demo", help="run the demo (what `make demo` runs): Whisper tiny.en on a bundled clip")
+    d.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])
     r = sub.add_parser("run", help="run a model script: luminal run llama --model DIR --prompt ...")
     r.add_argument("model", choices=["llama", "qwen", "gemma", "whisper"])
     r.add_argument("rest", nargs=argparse.REMAINDER)
@@ -18,8 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from luminal.demo import main as demo
 
-        demo()
-        return 0
+        return demo(["--backend", args.backend])
     mod = importlib.import_module(f"models.{args.model}")
     return int(mod.main(args.rest) or 0)
 
