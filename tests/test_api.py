@@ -182,3 +182,15 @@ def test_every_op_is_made_of_primitives():
         t.output(f"o{k}")
     kinds = {type(n.op) for n in g.nodes}
     assert kinds <= set(HLIR_OPS), kinds - set(HLIR_OPS)
+
+
+def test_non_contiguous_and_readonly_inputs():
+    g = lm.Graph()
+    x = g.tensor("x", ("a", "b"))
+    (x * 2).output("y")
+    m = g.compile("reference")
+    v = np.arange(12, dtype=np.float32).reshape(4, 3).T  # Fortran-ordered view
+    np.testing.assert_array_equal(m.run({"x": v})["y"], v * 2)
+    r = np.arange(6, dtype=np.float32).reshape(2, 3)
+    r.setflags(write=False)
+    np.testing.assert_array_equal(m.run({"x": r})["y"], r * 2)

@@ -125,22 +125,57 @@ def test_symbolic_m_runs_every_value_with_one_op():
         assert_matches(got.reshape(1, sv, 96), a @ b, lm.bf16, 2.0, f"s={sv}")
 
 
-def test_capture_into_a_cuda_graph():
-    from luminal.backends.cuda.host import capture
+def test_empty_sum_gives_zero_or_c():
+    from luminal.backends.cuda.host.cublaslt import CublasLt, CublasLtAccum
+
+    t = var("t")  # k as a dim at 0: an empty sum, no library call
+    fields = ("N", num(5), num(0), "N", t, num(0), DType.f32, DType.f32, "DEFAULT")
+    got = _run(CublasLt(num(1), num(3), num(5), t, *fields), [np.ones(1, np.float32), np.ones(1, np.float32)], {"t": 0})
+    assert (got == 0).all()
+    c = np.arange(15, dtype=np.float32)
+    got = _run(CublasLtAccum(num(1), num(3), num(5), t, *fields), [np.ones(1, np.float32)] * 2 + [c], {"t": 0})
+    np.testing.assert_array_equal(got, c)
+
+
+def test_child_graph_node_follows_symbolic_m():
+    """What the runtime does with a host op: a child-graph node in the plan's graph, patched with
+    cuGraphExecChildGraphNodeSetParams when m changes (re-instantiated if the topology changed)."""
+    from luminal.backends.cuda.host import HostStep
     from luminal.backends.cuda.host.cublaslt import CublasLt
+    from luminal.errors import BackendError
 
     driver, dev = _dev()
-    a, b, a_st, b_st, f = _operands("NN", 2, 64, 80, 96, DType.f16, 4)
-    op = CublasLt(num(2), num(64), num(80), num(96), *f, DType.f16, DType.f16, "DEFAULT")
-    bufs = [_upload(a_st), _upload(b_st)]
-    out = driver.DeviceBuffer(2 * 64 * 80 * 2)
-    graph = capture(op, dev.stream, out.ptr, [x.ptr for x in bufs], {})
-    exe = driver.call("cuGraphInstantiate", graph, 0)
-    driver.call("cuGraphLaunch", exe, dev.stream)
-    res = np.empty(2 * 64 * 80, np.float16)
-    driver.dtoh(res, out.ptr, dev.stream)
-    dev.synchronize()
-    assert_matches(res.reshape(2, 64, 80), a @ b, lm.f16, 2.0, "captured")
+    s = var("s")
+    op = CublasLt(num(2), s, num(80), num(96), "N", num(80), num(96 * 80), "N", num(96), s * 96, DType.f16, DType.f16,
+                  "DEFAULT")  # fmt: skip
+    cap = 300
+    a_buf, b_buf = driver.DeviceBuffer(2 * cap * 96 * 2), driver.DeviceBuffer(2 * 96 * 80 * 2)
+    out = driver.DeviceBuffer(2 * cap * 80 * 2)
+    step, parent, exe, node = HostStep(op), None, None, None
+    for sv in (64, 33, 300, 1):
+        a, b, a_st, b_st, _ = _operands("NN", 2, sv, 80, 96, DType.f16, sv)
+        driver.htod(a_buf.ptr, np.ascontiguousarray(a_st).reshape(-1), dev.stream)
+        driver.htod(b_buf.ptr, np.ascontiguousarray(b_st).reshape(-1), dev.stream)
+        changed = step.update({"s": sv}, out.ptr, [a_buf.ptr, b_buf.ptr], dev.stream)
+        assert changed
+        if parent is None:
+            parent = driver.call("cuGraphCreate", 0)
+            node = driver.call("cuGraphAddChildGraphNode", parent, [], 0, step.graph(dev.stream))
+            exe = driver.call("cuGraphInstantiate", parent, 0)
+        else:
+            try:
+                driver.call("cuGraphExecChildGraphNodeSetParams", exe, node, step.graph(dev.stream))
+            except BackendError:  # another algorithm, another topology: rebuild
+                driver.call("cuGraphExecDestroy", exe)
+                driver.call("cuGraphDestroy", parent)
+                parent = driver.call("cuGraphCreate", 0)
+                node = driver.call("cuGraphAddChildGraphNode", parent, [], 0, step.graph(dev.stream))
+                exe = driver.call("cuGraphInstantiate", parent, 0)
+        driver.call("cuGraphLaunch", exe, dev.stream)
+        res = np.empty(2 * sv * 80, np.float16)
+        driver.dtoh(res, out.ptr, dev.stream)
+        dev.synchronize()
+        assert_matches(res.reshape(2, sv, 80), a @ b, lm.f16, 1.0, f"graph s={sv}")
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=str)

@@ -73,3 +73,30 @@ def test_f32_is_exact_unless_tf32_is_asked(monkeypatch):
     monkeypatch.setenv("LUMINAL_TF32", "1")
     assert op.spec({"s": 2}, [256, 256, 256]).compute == "32F_FAST_TF32"
     assert _op().spec({"s": 2}, [256, 256, 256]).compute == "32F"  # bf16 is unaffected
+
+
+def test_host_step_reprepares_only_on_change():
+    from dataclasses import dataclass
+
+    from luminal.backends.cuda.host import HostStep
+
+    calls = []
+
+    @dataclass(frozen=True)
+    class Probe(HostOp):
+        m: object
+
+        def prepare(self, env, out_ptr, in_ptrs, stream=None):
+            calls.append(("prepare", env["s"], out_ptr))
+
+        def launch(self, stream, out_ptr, in_ptrs, env):
+            calls.append(("launch", env["s"], out_ptr, tuple(in_ptrs)))
+
+    step = HostStep(Probe(var("s")))
+    assert step.update({"s": 3, "p": 1}, 256, [512], None)
+    assert not step.update({"s": 3, "p": 9}, 256, [512], None)  # p is not read by the op
+    step.launch(None)
+    assert step.update({"s": 4}, 256, [512], None) and step.update({"s": 4}, 768, [512], None)
+    step.launch(None)
+    assert calls == [("prepare", 3, 256), ("launch", 3, 256, (512,)), ("prepare", 4, 256), ("prepare", 4, 768),
+                     ("launch", 4, 768, (512,))]  # fmt: skip

@@ -180,21 +180,34 @@ def test_epilogues_fuse(bias, act, c, op, epilogue, dtype, batch):
         assert_matches(got["y"].reshape(want["y"].shape), want["y"], lm.f32, 8.0, f"{op} {epilogue}")
 
 
-def test_bf16_inputs_with_f32_output():
+@pytest.mark.parametrize("low", [lm.bf16, lm.f16])
+def test_16bit_inputs_with_f32_output(low):
     g = lm.Graph()
-    x, w = g.tensor("x", ("s", 8), lm.bf16), g.tensor("w", (4, 8), lm.bf16)
+    x, w = g.tensor("x", ("s", 8), low), g.tensor("w", (4, 8), low)
     (x.cast(lm.f32) @ w.cast(lm.f32).T).output("y")
     ops = library_ops(g)
-    assert any(f[10] == DType.bf16 and f[11] == DType.f32 for name, f in ops if name == "CublasLt"), ops
+    assert any(f[10] == low and f[11] == DType.f32 for name, f in ops if name == "CublasLt"), ops
     view = build_egraph(g, MatmulCpuBackend())
-    llir = view.extract(view.repair(view.preferred_genome(LIBRARY)))
-    feed = {
-        "x": _rand((3, 8), np.float32, 1).astype(DType.bf16.np),
-        "w": _rand((4, 8), np.float32, 2).astype(DType.bf16.np),
-    }
+    genome = view.preferred_genome(LIBRARY)
+    for k, c in enumerate(view.classes):  # pick the variant that reads the 16-bit buffers
+        for j, m in enumerate(view.choices[c]):
+            n = view.nodes[m]
+            kind = view.nodes[view.members[n.children[0]][0]] if n.op == "Op" else None
+            if kind is not None and kind.op == "CublasLt" and view.value(kind.children[10]) == low:
+                genome[k] = j
+    llir = view.extract(view.repair(genome))
+    assert any(isinstance(n.op, CUBLASLT_OPS) and n.op.dtype == low for n in llir.nodes)
+    feed = {"x": _rand((3, 8), np.float32, 1).astype(low.np), "w": _rand((4, 8), np.float32, 2).astype(low.np)}
     got = ReferenceExecutor(llir.nodes, llir.outputs).run(feed, {"s": 3})["y"].reshape(3, 4)
     want = feed["x"].astype(np.float64) @ feed["w"].astype(np.float64).T
-    assert_matches(got, want, lm.f32, 1.0, "bf16 x bf16 -> f32")
+    assert_matches(got, want, lm.f32, 1.0, f"{low} x {low} -> f32")
+
+
+def test_f32_output_needs_plain_casts():
+    g = lm.Graph()
+    x, w = g.tensor("x", ("s", 8), lm.bf16), g.tensor("w", (8, 4), lm.bf16)
+    (x.cast(lm.f32) @ w.T.cast(lm.f32).T).output("y")  # the cast copies a transposed view: not the source layout
+    assert not any(f[10] == DType.bf16 for _, f in library_ops(g))
 
 
 # -- near misses: no library op, the kernel plan stays --------------------------------------------------
@@ -278,3 +291,42 @@ def test_gemv_source_compiles_for_sm90():
         for n, k in sizes
     ]
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def _mlp_block():
+    g = lm.Graph()
+    x = g.tensor("x", (2, "s", 16))
+    h = (x @ g.tensor("w1", (32, 16)).T + g.tensor("b1", (32,))).relu()
+    y = (h @ g.tensor("w2", (16, 32)).T).gelu_tanh() + x
+    y.output("y")
+    return g
+
+
+def _attention_block():
+    g = lm.Graph()
+    q, k, v = (g.tensor(n, (2, 2, "s", 8)) for n in "qkv")
+    ((q @ k.transpose(-1, -2)) * 0.25).softmax(-1).__matmul__(v).output("y")
+    return g
+
+
+@pytest.mark.parametrize("build", [_mlp_block, _attention_block], ids=["mlp", "attention"])
+@pytest.mark.parametrize("bounds", [None, {"s": (1, 1)}], ids=["any-s", "decode"])
+def test_every_sampled_extraction_agrees(build, bounds):
+    """Library ops, GEMV and kernels mixed at random: every plan computes the oracle's values."""
+    import random
+
+    g = build()
+    view = build_egraph(g, MatmulCpuBackend(), bounds)
+    sv = 1 if bounds else 3
+    rng = np.random.default_rng(0)
+    feed = {n: rng.uniform(-1, 1, tuple(int(d.evaluate({"s": sv})) for d in sh)).astype(np.float32)
+            for n, sh in g.input_shapes.items()}  # fmt: skip
+    want = ReferenceExecutor(g.nodes, g.outputs).run(feed, {"s": sv})["y"]
+    r = random.Random(0)
+    used: set[str] = set()
+    for gen in [view.preferred_genome(LIBRARY)] + [view.random_genome(r) for _ in range(16)]:
+        llir = view.extract(view.repair(gen))
+        used |= {type(n.op).__name__ for n in llir.nodes} & LIBRARY
+        got = ReferenceExecutor(llir.nodes, llir.outputs).run(feed, {"s": sv})["y"]
+        assert_matches(got.reshape(want.shape), want, lm.f32, 8.0, f"{build.__name__}: {llir.op_counts()}")
+    assert used, "no sampled plan used a library op"

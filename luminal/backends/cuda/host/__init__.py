@@ -76,6 +76,54 @@ def capture(op: HostOp, stream, out_ptr: int, in_ptrs: Sequence[int], env: Mappi
     return driver.call("cuStreamEndCapture", stream)
 
 
+class HostStep:
+    """The runtime's bookkeeping for one host-op node of a plan: it re-prepares and re-captures
+    only when the dims the op reads or its pointers changed (CudaExecutor keeps one per node).
+
+        step = HostStep(op)                                  # at load
+        changed = step.update(env, out_ptr, in_ptrs, stream) # every run, before launching/patching
+        step.launch(stream)                                  # eager runs
+        child = step.graph(stream)                           # CUDA-graph runs: a CUgraph for
+                                                             # cuGraphAddChildGraphNode, or when `changed`
+                                                             # for cuGraphExecChildGraphNodeSetParams
+    """
+
+    def __init__(self, op: HostOp):
+        self.op = op
+        self._key: tuple | None = None
+        self._args: tuple = ()
+        self._graph = None
+
+    def update(self, env: Mapping[str, int], out_ptr: int, in_ptrs: Sequence[int], stream) -> bool:
+        key = (self.op.signature(env), int(out_ptr), tuple(int(p) for p in in_ptrs))
+        if key == self._key:
+            return False
+        self.op.prepare(env, out_ptr, in_ptrs, stream)
+        self._drop()
+        self._key, self._args = key, (int(out_ptr), tuple(int(p) for p in in_ptrs), dict(env))
+        return True
+
+    def _drop(self) -> None:
+        if self._graph is not None:  # child-graph nodes hold clones: the old capture can go
+            from luminal.backends.cuda import driver
+
+            graph, self._graph = self._graph, None
+            driver.call("cuGraphDestroy", graph)
+
+    def launch(self, stream) -> None:
+        out_ptr, in_ptrs, env = self._args
+        self.op.launch(stream, out_ptr, in_ptrs, env)
+
+    def graph(self, stream):
+        """The op's work as a CUgraph for the current key, captured once per change. The step owns
+        it (destroyed at the next change): cuGraphAddChildGraphNode and
+        cuGraphExecChildGraphNodeSetParams copy it."""
+        if self._graph is None:
+            out_ptr, in_ptrs, env = self._args
+            self._graph = capture(self.op, stream, out_ptr, in_ptrs, env)
+        return self._graph
+
+
 def host_ops() -> tuple[type[HostOp], ...]:
     """Every host op class (imported lazily: loading them never touches a GPU or a library)."""
     from luminal.backends.cuda.host.cublaslt import CUBLASLT_OPS
@@ -83,4 +131,4 @@ def host_ops() -> tuple[type[HostOp], ...]:
     return CUBLASLT_OPS
 
 
-__all__ = ["HostOp", "capture", "host_ops"]
+__all__ = ["HostOp", "HostStep", "capture", "host_ops"]

@@ -131,10 +131,8 @@ class CublasLt(HostOp):
         from luminal.backends.cuda import driver
         from luminal.backends.cuda.host import lt
 
-        if self._empty(env):
+        if self._empty(env) or int(self.k.evaluate(env)) == 0:
             return
-        if int(self.k.evaluate(env)) == 0:
-            raise BackendError(f"{type(self).__name__}: k = 0 at run time (the rules exclude a literal 0 k)")
         stream = driver.device().stream if stream is None else stream
         p = lt.plan(self.spec(env, [out_ptr, *in_ptrs]), stream)
         lt.workspace(stream, p.workspace)
@@ -145,9 +143,23 @@ class CublasLt(HostOp):
         if self._empty(env):
             return
         a, b, c, bias = self._ptrs(out_ptr, in_ptrs)
+        if int(self.k.evaluate(env)) == 0:  # an empty sum (e.g. a dim at 0): D = 0 (+ C)
+            self._empty_sum(stream, out_ptr, c, bias, env)
+            return
         p = lt.plan(self.spec(env, [out_ptr, *in_ptrs]), stream)
         # cuBLAS's first operand is luminal's B (the column-major swap), its second is A
         lt.matmul(p, stream, b, a, c, out_ptr, bias, self.beta)
+
+    def _empty_sum(self, stream, out_ptr: int, c: int, bias: int, env) -> None:
+        from luminal.backends.cuda import driver
+
+        nbytes = int(self.out_size().evaluate(env)) * self.d_dtype.itemsize
+        if bias:  # the bias rules require a literal k >= 1, so this cannot be reached from a plan
+            raise BackendError(f"{type(self).__name__}: k = 0 with a bias epilogue")
+        if self.beta:
+            driver.dtod(out_ptr, c, nbytes, stream)  # relu(0) = gelu(0) = 0, so D = C exactly
+        else:
+            driver.memset8(out_ptr, 0, nbytes, stream)
 
 
 @dataclass(frozen=True)
