@@ -91,7 +91,7 @@ class Graph:
             value = value.item()
         if not isinstance(value, (int, float, bool)):
             raise DTypeError(f"constant: {value!r} ({type(value).__name__}) is not a number: give an int/float/bool")
-        key = (type(value).__name__, value, dt)
+        key = (type(value).__name__, repr(value), dt)  # repr: -0.0 and 0.0 are different constants
         if key in self._consts:
             return self._consts[key]
         if dt.is_float or not float(value).is_integer() or not -(2**31) <= value < 2**31:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,6 +19,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )  # fmt: skip
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Compiles in tests go to a throw-away cache, not the user's ~/.cache/luminal. Set here, at import in
+# the controller process, so xdist workers inherit one directory and share its hits.
+if "LUMINAL_CACHE" not in os.environ:
+    os.environ["LUMINAL_CACHE"] = tempfile.mkdtemp(prefix="luminal-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LUMINAL_CACHE"], True)
 
 
 def _gpu_available() -> bool:
