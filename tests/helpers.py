@@ -82,7 +82,7 @@ def model_for(key: tuple, build: Callable, args: Mapping[str, Arg], dtype: DType
     for name, t in outs.items():
         t.output(name)
         dts[name] = t.dtype
-    model = g.compile("reference")
+    model = g.compile(os.environ.get("LUMINAL_TEST_BACKEND", "reference"))
     compile_count += 1
     if path := os.environ.get("LUMINAL_TEST_COMPILE_LOG"):
         with open(path, "a") as f:
