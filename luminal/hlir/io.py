@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from luminal.dtype import DType
-from luminal.hlir.op import EList, Env, Op, view
+from luminal.hlir.op import EList, Op, view
 from luminal.shape.expr import ONE, Expression, prod
 
 

@@ -10,6 +10,7 @@ a flat contiguous buffer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from typing import ClassVar
@@ -17,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from luminal.dtype import DType
-from luminal.shape.expr import Expression
+from luminal.shape.expr import ZERO, Expression, z
 from luminal.shape.tracker import ShapeTracker
 
 EList = tuple[Expression, ...]
@@ -60,12 +61,33 @@ class Op:
 
 
 def view(buf: np.ndarray, dims: EList, strides: EList, env: Env) -> np.ndarray:
-    """Read a strided view of a flat buffer as an array of the view's logical shape."""
-    tr = ShapeTracker(dims, strides)
-    if tr.is_contiguous():
-        n = int(tr.n_elements().evaluate(env))
-        return buf[:n].reshape(tuple(int(d.evaluate(env)) for d in dims))
-    return buf[tr.physical_indices(env)]
+    """Read a strided view of a flat buffer as an array of the view's logical shape.
+
+    Linear strides (c * z, or 0) give a zero-copy, read-only numpy view; anything else (merged
+    non-contiguous axes, z % n tiling) is gathered through the physical index grid."""
+    steps = _linear_steps(dims, strides)
+    shape = tuple(int(d.evaluate(env)) for d in dims)
+    if steps is not None and buf.ndim == 1 and buf.flags.c_contiguous:
+        st = [int(c.evaluate(env)) for c in steps]
+        span = 1 + sum((n - 1) * c for n, c in zip(shape, st, strict=True)) if all(shape) else 0
+        if min(st, default=0) >= 0 and span <= buf.size:
+            item = buf.itemsize  # as_strided through same-width uints: it rejects some ml_dtypes (fp8)
+            raw = buf.view(f"u{item}")
+            out = np.lib.stride_tricks.as_strided(raw, shape, tuple(c * item for c in st), writeable=False)
+            return out.view(buf.dtype)
+    return buf[ShapeTracker(dims, strides).physical_indices(env)]
+
+
+@functools.lru_cache(maxsize=65536)
+def _linear_steps(dims: EList, strides: EList) -> tuple[Expression, ...] | None:
+    """Per-axis element steps when every stride is c * z (c free of z) or 0, else None."""
+    out = []
+    for st in strides:
+        c = st.substitute("z", 1) - st.substitute("z", 0)
+        if st.substitute("z", 0) is not ZERO or st is not c * z or "z" in c.vars():
+            return None
+        out.append(c)
+    return tuple(out)
 
 
 def compute_dtype(dt: DType) -> np.dtype:

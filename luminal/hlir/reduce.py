@@ -46,7 +46,7 @@ class SumReduce(Reduce):
         x = self.values(ins[0], env)
         acc = np.float64 if dt.is_float else dt.np
         with np.errstate(all="ignore"):
-            return x.astype(acc).sum(axis=-1, dtype=acc).astype(dt.np).reshape(-1)
+            return x.sum(axis=-1, dtype=acc).astype(dt.np).reshape(-1)
 
 
 def _order_key(x: np.ndarray) -> np.ndarray:
@@ -68,6 +68,16 @@ class MaxReduce(Reduce):
             return np.zeros(x.shape[:-1], dt.np).reshape(-1)
         if not dt.is_float:
             return x.max(axis=-1).reshape(-1)
-        x = np.ascontiguousarray(x)
-        idx = _order_key(x).argmax(axis=-1)
-        return np.take_along_axis(x, idx[..., None], axis=-1).reshape(-1)
+        if not np.isnan(x).any():  # fast path; only a zero result can hide the -0.0 < +0.0 order
+            out = np.array(x.max(axis=-1))
+            zero = out == 0
+            if zero.any():
+                out[zero] = _total_max(x[zero])
+            return out.reshape(-1)
+        return _total_max(x).reshape(-1)
+
+
+def _total_max(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x)
+    idx = _order_key(x).argmax(axis=-1)
+    return np.take_along_axis(x, idx[..., None], axis=-1)[..., 0]

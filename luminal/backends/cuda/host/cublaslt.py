@@ -83,12 +83,12 @@ class CublasLt(HostOp):
 
     # -- reference semantics (numpy): lets the CPU tests run plans holding this op ----------------
     def reference(self, ins, in_dtypes, env):
-        from luminal.backends.reference.matmul import strided
+        from luminal.hlir.op import view
 
         bt, m, n, k = (int(e.evaluate(env)) for e in (self.batch, self.m, self.n, self.k))
         acc = compute_dtype(self.d_dtype)
-        a = strided(ins[0], (num(bt), num(m), num(k)), self.a_strides(), env).astype(acc)
-        b = strided(ins[1], (num(bt), num(k), num(n)), self.b_strides(), env).astype(acc)
+        a = view(ins[0], (num(bt), num(m), num(k)), self.a_strides(), env).astype(acc)
+        b = view(ins[1], (num(bt), num(k), num(n)), self.b_strides(), env).astype(acc)
         d = np.matmul(a, b) if k else np.zeros((bt, m, n), acc)
         if self.has_bias:
             d = d + ins[2][:n].astype(acc)

@@ -118,6 +118,10 @@ def _set(fn: str, obj, attr: int, value: ctypes._SimpleCData) -> None:
 _LOCK = threading.Lock()
 _HANDLES: dict[int, ctypes.c_void_p] = {}
 _WORKSPACES: dict[int, object] = {}
+# Workspaces replaced by a larger one. Never freed: a launch captured into a CUDA graph (and work
+# already queued) keeps the pointer it was given, so freeing a workspace on growth made earlier
+# captured GEMMs (split-K partials) write into freed memory.
+_RETIRED: list[object] = []
 
 
 def _stream_key(stream) -> int:
@@ -138,14 +142,18 @@ def handle(stream) -> ctypes.c_void_p:
 
 def workspace(stream, nbytes: int) -> tuple[int, int]:
     """(pointer, size) of the stream's workspace, grown to at least `nbytes` (outside capture only:
-    prepare() asks for it). Calls on one stream are ordered, so they share it."""
+    prepare() asks for it). Calls on one stream are ordered, so they share it. Allocated once at
+    WORKSPACE_BYTES (the most any plan's heuristic may ask for), so it does not move; a pointer it
+    returned stays valid for the process (captured graphs hold it), even if it ever had to grow."""
     from luminal.backends.cuda import driver
 
     key = _stream_key(stream)
     with _LOCK:
         buf = _WORKSPACES.get(key)
         if nbytes and (buf is None or buf.nbytes < nbytes):
-            buf = _WORKSPACES[key] = driver.DeviceBuffer(nbytes)
+            if buf is not None:
+                _RETIRED.append(buf)
+            buf = _WORKSPACES[key] = driver.DeviceBuffer(max(int(nbytes), WORKSPACE_BYTES))
     return (buf.ptr, buf.nbytes) if buf is not None else (0, 0)
 
 
@@ -183,6 +191,25 @@ class Plan:
 _PLANS: dict[Spec, Plan] = {}
 
 
+def matrices(spec: Spec) -> tuple[tuple[DType, int, int, int, int], ...]:
+    """(dtype, rows, cols, ld, batch stride) of the A, B and C = D layouts `plan` creates (stored
+    column-major; batch count spec.batch): what a GEMM of `spec` reads and writes."""
+    a_rows, a_cols = (spec.rows, spec.k) if spec.trans_a == "N" else (spec.k, spec.rows)
+    b_rows, b_cols = (spec.k, spec.cols) if spec.trans_b == "N" else (spec.cols, spec.k)
+    return ((spec.dtype, a_rows, a_cols, spec.ld_a, spec.stride_a),
+            (spec.dtype, b_rows, b_cols, spec.ld_b, spec.stride_b),
+            (spec.out_dtype, spec.rows, spec.cols, spec.rows, spec.rows * spec.cols))  # fmt: skip
+
+
+def extent_bytes(spec: Spec) -> tuple[int, int, int]:
+    """Bytes past its pointer that the GEMM of `spec` touches in A, B and D (1 + the last byte)."""
+    out = []
+    for dt, r, c, ld, stride in matrices(spec):
+        last = (spec.batch - 1) * stride + (c - 1) * ld + r if r and c and spec.batch else 0
+        out.append(last * dt.itemsize)
+    return tuple(out)
+
+
 def plan(spec: Spec, stream) -> Plan:
     """Descriptors + the heuristic's first algorithm for `spec` (cached for the process)."""
     p = _PLANS.get(spec)
@@ -202,13 +229,8 @@ def plan(spec: Spec, stream) -> Plan:
         _set("cublasLtMatmulDescSetAttribute", desc, DESC_BIAS_BATCH_STRIDE, ctypes.c_int64(0))
         # the heuristic reads the bias pointer's alignment: give it one as aligned as the real ones
         _set("cublasLtMatmulDescSetAttribute", desc, DESC_BIAS_POINTER, ctypes.c_void_p(spec.align))
-    a_rows, a_cols = (spec.rows, spec.k) if spec.trans_a == "N" else (spec.k, spec.rows)
-    b_rows, b_cols = (spec.k, spec.cols) if spec.trans_b == "N" else (spec.cols, spec.k)
-    mats = ((spec.dtype, a_rows, a_cols, spec.ld_a, spec.stride_a),
-            (spec.dtype, b_rows, b_cols, spec.ld_b, spec.stride_b),
-            (spec.out_dtype, spec.rows, spec.cols, spec.rows, spec.rows * spec.cols))  # fmt: skip
     layouts = []
-    for dt, r, c, ld, stride in mats:
+    for dt, r, c, ld, stride in matrices(spec):
         lay = ctypes.c_void_p()
         call("cublasLtMatrixLayoutCreate", ctypes.byref(lay), CUDA_R[dt], r, c, ld)
         if spec.batch > 1:
