@@ -49,6 +49,15 @@ class Op:
     def fields(self) -> tuple:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))  # type: ignore[arg-type]
 
+    def dim_names(self) -> frozenset[str]:
+        """Every dim symbol the op's fields mention (what a compiled launch of it depends on)."""
+        out: set[str] = set()
+        for v in self.fields():
+            for e in v if isinstance(v, tuple) else (v,):
+                if isinstance(e, Expression):
+                    out |= e.dims()
+        return frozenset(out)
+
     def out_dtype(self, in_dtypes: tuple[DType, ...]) -> DType:
         return in_dtypes[0]
 

@@ -75,14 +75,6 @@ class KernelOp(Op):
         # Same semantics as the HLIR op: lets the reference executor run a CUDA LLIR in tests.
         return self.hlir().reference(ins, in_dtypes, env)
 
-    def dim_names(self) -> frozenset[str]:
-        out: set[str] = set()
-        for v in self.fields():
-            for e in v if isinstance(v, tuple) else (v,):
-                if isinstance(e, Expression):
-                    out |= e.dims()
-        return frozenset(out)
-
     def input_views(self) -> tuple[tuple[EList, EList], ...]:
         """The (shape, strides) view through which the kernel reads each input, in input order."""
         raise NotImplementedError

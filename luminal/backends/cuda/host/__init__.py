@@ -34,14 +34,6 @@ from luminal.shape.expr import Expression
 class HostOp(Op):
     """Base of host (library-call) ops. Subclasses are frozen dataclasses."""
 
-    def dim_names(self) -> frozenset[str]:
-        out: set[str] = set()
-        for v in self.fields():
-            for e in v if isinstance(v, tuple) else (v,):
-                if isinstance(e, Expression):
-                    out |= e.dims()
-        return frozenset(out)
-
     def input_views(self) -> tuple[tuple[EList, EList], ...]:
         raise NotImplementedError
 
