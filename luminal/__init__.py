@@ -1,10 +1,10 @@
 """luminal: a pure-Python ML inference compiler (GraphTensor -> HLIR -> egglog -> LLIR -> runtime).
 
-    import luminal as lm
-    g = lm.Graph()
-    x = g.tensor("x", ("s", 8))
-    y = (x * 2).sum(axis=1).output("y")
-    out = g.compile("reference").run({"x": np.ones((3, 8), np.float32)})["y"]
+import luminal as lm
+g = lm.Graph()
+x = g.tensor("x", ("s", 8))
+y = (x * 2).sum(axis=1).output("y")
+out = g.compile("reference").run({"x": np.ones((3, 8), np.float32)})["y"]
 """
 
 from luminal.dtype import DType, bf16, bool_, f8e4m3, f8e5m2, f16, f32, f64, i8, i16, i32, i64, to_dtype, u8

@@ -7,9 +7,9 @@ import pytest
 
 import luminal as lm
 from luminal.backends.reference.backend import ReferenceBackend
-from luminal.shape.tracker import ShapeTracker
 from luminal.hlir.op import view
 from luminal.shape.expr import expr, z
+from luminal.shape.tracker import ShapeTracker
 from tests.egraph.util import view_of
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from luminal.hlir.op import EList, Op
-from luminal.shape.expr import Expression
 
 
 class HostOp(Op):
