@@ -4,15 +4,7 @@
 #   bash scripts/gpu_check.sh [quick | nobench]
 # Needs .devpkgs (bash ../shared/device/pack-egglog.sh) carried along for egglog.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if ! python3 -c "import egglog" 2>/dev/null; then
-  mkdir -p .devsite && tar -xJf .devpkgs/egglog-py312.tar.xz -C .devsite \
-    && python3 -m pip install -q --no-index --no-deps --target .devsite .devpkgs/*.whl || exit 1
-  export PYTHONPATH=$PWD/.devsite:$PWD
-fi
-export PYTHONUNBUFFERED=1 LUMINAL_CACHE=$PWD/.lcache HYPOTHESIS_PROFILE=dev
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+source "$(dirname "$0")/gpu_env.sh"
 rc=0
 echo "== cuda tests" | tee -a "$OUT/summary.txt"
 timeout 240 python3 -m pytest tests/backends/cuda -q -p no:cacheprovider --maxfail=10 -rs 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
@@ -24,8 +16,6 @@ if [ "${1:-}" != "nobench" ]; then
   rc=$((rc | ${PIPESTATUS[0]})); tail -14 "$OUT/bench.log" >> "$OUT/summary.txt"
 fi
 echo "== frontend op suite on cuda" | tee -a "$OUT/summary.txt"
-# run the shared op-check helper against the CUDA backend (on this copy of the tree only)
-sed -i 's/model = g.compile("reference")/model = g.compile(os.environ.get("LUMINAL_TEST_BACKEND", "reference"))/' tests/helpers.py
 LUMINAL_TEST_BACKEND=cuda timeout 300 python3 -m pytest tests/frontend -q -p no:cacheprovider --maxfail=25 2>&1 \
   | tee "$OUT/frontend_cuda.log" | tail -15
 rc=$((rc | ${PIPESTATUS[0]})); tail -1 "$OUT/frontend_cuda.log" >> "$OUT/summary.txt"

@@ -6,15 +6,7 @@
 # Needs .devpkgs (bash ../shared/device/pack-egglog.sh) carried along for egglog; the GPU image
 # already has torch, cuda-bindings, cuda-pathfinder and the nvidia-cublas (cu13) wheel.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if ! python3 -c "import egglog" 2>/dev/null; then
-  mkdir -p .devsite && tar -xJf .devpkgs/egglog-py312.tar.xz -C .devsite \
-    && python3 -m pip install -q --no-index --no-deps --target .devsite .devpkgs/*.whl || exit 1
-  export PYTHONPATH=$PWD/.devsite:$PWD
-fi
-export PYTHONUNBUFFERED=1 LUMINAL_CACHE=$PWD/.lcache HYPOTHESIS_PROFILE=dev
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+source "$(dirname "$0")/gpu_env.sh"
 python3 -c "from luminal.backends.cuda.host import lt; print('cublasLt', lt.version())" | tee -a "$OUT/gpu.txt"
 rc=0
 echo "== matmul tests" | tee -a "$OUT/summary.txt"
