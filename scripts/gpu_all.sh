@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one lease: matmul tests + bench, the cuda-marked suite, the frontend op suite
-# on the CUDA backend. Logs under $OUT.
+# Everything GPU-side in one lease: the matmul runner (tests + bench) then the CUDA-core runner (cuda
+# tests, the frontend op suite on the CUDA backend, memcheck; its kernel bench is skipped). Logs under $OUT.
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"
-timeout 260 bash scripts/gpu_matmul.sh 2>&1 | tail -80 > "$OUT/matmul_all.txt"
-timeout 120 python3 -m pytest tests/backends/cuda -q -p no:cacheprovider --maxfail=10 -x --deselect tests/backends/cuda/test_matmul_gpu.py 2>&1 | tail -25 > "$OUT/cuda_tests.txt"
-LUMINAL_TEST_BACKEND=cuda timeout 150 python3 -m pytest tests/frontend -q -p no:cacheprovider --maxfail=25 2>&1 | tail -40 > "$OUT/frontend_cuda.txt"
-for f in "$OUT"/*.txt; do echo "== $f"; tail -n 3 "$f"; done
+cd "$(dirname "$0")/.."
+rc=0
+timeout 270 bash scripts/gpu_matmul.sh || rc=1
+timeout 300 bash scripts/gpu_check.sh nobench || rc=1
+exit $rc
