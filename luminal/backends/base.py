@@ -3,7 +3,8 @@
 A backend is plain data plus three calls:
   name       "reference" | "cuda" | ...
   device     a string naming the concrete device (part of the compile-cache key)
-  ops        LLIR op classes beyond HLIR (frozen dataclasses; rules in RULES / a same-stem .egg)
+  ops        LLIR op classes beyond HLIR (frozen dataclasses; rules in RULES / a same-stem .egg), in
+             preference order: the search's first candidate takes the earliest wherever it can
   hlir_ops   HLIR op classes it runs as they are (reference: all; cuda: Input, Output, ...)
   rulesets   the names of its rulesets (declared before any rule; core never names them)
   phases     its schedule: named phases of luminal.egraph.rulesets terms

@@ -1,6 +1,8 @@
 """Extraction: the serialized e-graph -> choice sets -> one LLIR graph per genome.
 
-A genome picks one e-node in every *searchable* e-class (sorts IR, OpKind, IList). Metadata
+A genome picks one e-node in every *searchable* e-class (sorts IR, OpKind, IList, and FExpr /
+FList, the bodies of fused ops: a choice there decides what a fused kernel computes inline and
+what it reads from a buffer; its leaves become the fused op's inputs). Metadata
 classes (Expression, EList, DType, primitives) are decoded to Python values, taking the smallest
 term of each class. Skipped: function-table rows (`dtype`, `lower`, ...), unextractable helper
 constructors, subsumed nodes, and ops the backend cannot run (the conditional HLIR cleanup of the
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from luminal.dtype import DType
@@ -22,13 +24,14 @@ from luminal.egraph.llir import LLIRGraph, LNode
 from luminal.egraph.registry import SCALAR_SORTS, OpRegistry, decode_dtype, decode_scalar
 from luminal.errors import CompileError
 from luminal.hlir import Input, Output
+from luminal.hlir.fexpr import FLeaf, FNode
 from luminal.shape.expr import from_egglog as expr_from_egglog
 
-SEARCHABLE = ("IR", "OpKind", "IList")
+SEARCHABLE = ("IR", "OpKind", "IList", "FExpr", "FList")
 EXPR_HEADS = frozenset({"MNum", "MVar", "MIter", "MAdd", "MMul", "MDiv", "MMod", "MMin", "MMax", "MCeilDiv",
                         "MLt", "MGte", "MAnd", "MOr"})  # fmt: skip
 DTYPE_HEADS = frozenset(d.egglog for d in DType)
-STRUCTURAL = frozenset({"ECons", "ENil", "OutputJoin", "Op", "ICons", "INil"})
+STRUCTURAL = frozenset({"ECons", "ENil", "OutputJoin", "Op", "ICons", "INil", "FIn", "FOp", "FWrap", "FCons", "FNil"})
 
 Genome = list[int]  # per searchable class (dense index): position in that class's runnable nodes
 
@@ -154,14 +157,14 @@ class EGraphView:
     def random_genome(self, rng: random.Random) -> Genome:
         return [rng.randrange(len(self.choices[c])) for c in self.classes]
 
-    def preferred_genome(self, prefer: Collection[str]) -> Genome:
-        """Per class, the first node whose op (or whose OpKind) is in `prefer`, else the grounded one."""
+    def preferred_genome(self, prefer: Sequence[str]) -> Genome:
+        """Per class, the node whose op (or OpKind) comes first in `prefer`, else the grounded one."""
+        rank = {name: r for r, name in enumerate(prefer)}
         g = self.grounded_genome()
         for k, c in enumerate(self.classes):
-            for j, m in enumerate(self.choices[c]):
-                if self._op_name(m) in prefer:
-                    g[k] = j
-                    break
+            ranked = [(rank[op], j) for j, m in enumerate(self.choices[c]) if (op := self._op_name(m)) in rank]
+            if ranked:
+                g[k] = min(ranked)[1]
         return g
 
     def _op_name(self, m: int) -> str:
@@ -296,8 +299,9 @@ class EGraphView:
             if n.op == "Op":
                 kind = self.chosen(g, n.children[0])
                 spec = self.registry.spec(kind.op)
-                ins = [built[x] for x in self._ilist(g, n.children[1])]
-                vals = [self.value(k) for k in kind.children]
+                leaves: dict[int, int] = {}  # IR class read by a fused body -> its input position
+                vals = [self._field(g, k, leaves, {}) for k in kind.children]
+                ins = [built[x] for x in (*self._ilist(g, n.children[1]), *leaves)]
             else:
                 spec = self.registry.spec(n.op)
                 ins = [built[x] for x in n.children[: spec.n_inputs]]
@@ -317,6 +321,35 @@ class EGraphView:
         llir = LLIRGraph(nodes, outputs)
         llir.validate()
         return llir
+
+    def _field(self, g: Genome, c: int, leaves: dict[int, int], memo: dict[int, object]) -> object:
+        """One field of a chosen op kind: metadata decodes by value; an inline op (sort OpKind),
+        argument list (FList) or fused expression (FExpr, luminal/hlir/fexpr.py) follows the
+        genome. A body's leaves become the op's inputs, after its IList inputs, numbered by first use."""
+        sort = self.class_sort[c]
+        if sort == "OpKind":
+            kind = self.chosen(g, c)
+            return self.registry.spec(kind.op).build([self._field(g, k, leaves, memo) for k in kind.children])
+        if sort == "FList":
+            out = []
+            n = self.chosen(g, c)
+            while n.op == "FCons":
+                out.append(self._field(g, n.children[0], leaves, memo))
+                n = self.chosen(g, n.children[1])
+            return tuple(out)
+        if sort != "FExpr":
+            return self.value(c)
+        if c not in memo:
+            n = self.chosen(g, c)
+            if n.op == "FIn":
+                memo[c] = FLeaf(leaves.setdefault(n.children[0], len(leaves)))
+            elif n.op == "FOp":
+                memo[c] = FNode(
+                    self._field(g, n.children[0], leaves, memo), self._field(g, n.children[1], leaves, memo)
+                )
+            else:  # FWrap
+                memo[c] = self._field(g, n.children[0], leaves, memo)
+        return memo[c]
 
     def _ilist(self, g: Genome, c: int) -> list[int]:
         out = []

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from luminal.dtype import DType
 from luminal.errors import CompileError
-from luminal.hlir import Input, Output
+from luminal.hlir import Input, Output, fexpr
+from luminal.hlir.fexpr import FLeaf, FNode
 from luminal.hlir.op import Op
 from luminal.shape.expr import Expression
 
@@ -62,7 +63,7 @@ class LLIRGraph:
         for i, n in enumerate(self.nodes):
             if any(not 0 <= s < i for s in n.inputs):
                 raise CompileError(f"LLIR node {i} ({type(n.op).__name__}) reads a later or missing node {n.inputs}")
-            want = type(n.op).n_inputs
+            want = n.op.n_inputs
             if len(n.inputs) != want:
                 raise CompileError(f"LLIR node {i} ({type(n.op).__name__}) has {len(n.inputs)} inputs, needs {want}")
         for label, i in self.outputs.items():
@@ -82,9 +83,7 @@ class LLIRGraph:
     def from_json(data: Mapping, op_classes: Mapping[str, type[Op]]) -> LLIRGraph:
         nodes = []
         for name, vals, ins, dt in data["nodes"]:
-            cls = op_classes[name]
-            sorts = [s for _, s in cls.field_sorts()]
-            op = cls(*[_dec(s, v) for s, v in zip(sorts, vals, strict=True)])
+            op = _dec_op(name, vals, op_classes)
             nodes.append(LNode(op, tuple(int(i) for i in ins), DType(dt)))
         return LLIRGraph(nodes, {str(k): int(v) for k, v in data["outputs"].items()})
 
@@ -156,6 +155,10 @@ def _dot_escape(s: str) -> str:
 # Expression <-> JSON: the hash-consed (op, args) structure itself, so decoding yields the very
 # object the plan held (Expression(op, args) interns; no refolding).
 def _enc(v: object) -> object:
+    if isinstance(v, Op):  # an inline op (a fused op's root)
+        return {"op": [type(v).__name__, [_enc(x) for x in v.fields()]]}
+    if isinstance(v, tuple) and v and isinstance(v[0], (FLeaf, FNode)):  # a fused op's arguments
+        return fexpr.encode(v, _enc)
     if isinstance(v, Expression):
         if v.op in ("num", "var"):
             return [v.op, v.args[0]]
@@ -176,7 +179,17 @@ def _dec_expr(x: list) -> Expression:
     return Expression(op, tuple(_dec_expr(a) for a in x[1:]))
 
 
-def _dec(sort: str, v: object) -> object:
+def _dec_op(name: str, vals: list, op_classes: Mapping[str, type[Op]]) -> Op:
+    cls = op_classes[name]
+    sorts = [s for _, s in cls.field_sorts()]
+    return cls(*[_dec(s, v, op_classes) for s, v in zip(sorts, vals, strict=True)])
+
+
+def _dec(sort: str, v: object, op_classes: Mapping[str, type[Op]]) -> object:
+    if sort == "OpKind":
+        return _dec_op(*v["op"], op_classes)  # type: ignore[index]
+    if sort == "FList":
+        return () if "list" in v else fexpr.decode(v, lambda x: _dec("OpKind", x, op_classes))  # type: ignore[operator]
     if sort == "EList":
         return tuple(_dec_expr(x) for x in v["list"])  # type: ignore[index]
     if sort == "Expression":

@@ -74,7 +74,8 @@ class OpRegistry:
                 continue
             if not dataclasses.is_dataclass(cls):
                 raise CompileError(f"op {name} must be a frozen dataclass (its fields are its egglog sort)")
-            self.specs[name] = OpSpec(cls, name, cls.sort_class, tuple(cls.field_sorts()), cls.n_inputs)
+            n_in = cls.n_inputs if isinstance(cls.n_inputs, int) else 0  # a fused op counts its body's leaves
+            self.specs[name] = OpSpec(cls, name, cls.sort_class, tuple(cls.field_sorts()), n_in)
 
     def __contains__(self, name: str) -> bool:
         return name in self.specs
@@ -83,12 +84,21 @@ class OpRegistry:
         return self.specs[name]
 
     def datatypes(self) -> str:
-        """The IR / OpKind / IList sorts (mutually recursive), built from every registered op."""
+        """The IR / OpKind / IList / FExpr / FList sorts (mutually recursive), built from every
+        registered op. FExpr is a value computed inside a fused op (luminal/hlir/fexpr.py): a leaf
+        `(FIn ir)` reads a buffer, `(FOp kind args)` computes an op inline, `(FWrap f)` aliases `f`.
+        Two helper constructors name FExpr classes for the fusion rules and are never extracted:
+        `(FArg ir strides)`, the ways a consumer reading `ir` through `strides` can obtain it, and
+        `(FRow ir)`, the ways to obtain `ir` where its position is constant along the consumer's
+        innermost axis (so a reduction can be computed once per row)."""
         ir = ["(OutputJoin IR IR)", "(Op OpKind IList)"]
         ir += [s.variant for s in self.specs.values() if s.sort_class == "IR"]
         kinds = [s.variant for s in self.specs.values() if s.sort_class == "OpKind"]
         lines = ["(datatype*", "  (IR " + " ".join(ir) + ")", "  (OpKind " + " ".join(kinds) + ")",
-                 "  (IList (ICons IR IList) (INil)))", "(function dtype (IR) DType :no-merge)"]  # fmt: skip
+                 "  (IList (ICons IR IList) (INil))", "  (FExpr (FIn IR) (FOp OpKind FList) (FWrap FExpr))",
+                 "  (FList (FCons FExpr FList) (FNil)))", "(function dtype (IR) DType :no-merge)",
+                 "(constructor FArg (IR EList) FExpr :unextractable)",
+                 "(constructor FRow (IR) FExpr :unextractable)"]  # fmt: skip
         return "\n".join(lines)
 
     def rule_sources(self) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from luminal.egraph.extract import EGraphView, Genome
@@ -56,7 +56,7 @@ class SearchResult:
 def search(
     view: EGraphView,
     profile: Callable[[LLIRGraph], float],
-    prefer: Collection[str],
+    prefer: Sequence[str],
     opts: SearchOptions = SearchOptions(),
 ) -> SearchResult:
     t0 = time.perf_counter()

@@ -111,12 +111,12 @@ def _int_div(a: GraphTensor, b: GraphTensor) -> GraphTensor:
 
 def truediv(a, b):
     b = lift(a, b, "div")
-    a, b = broadcast(a, b, "div")
-    if a.dtype == DType.bool:
+    wa, wb = broadcast(a, b, "div")
+    if wa.dtype == DType.bool:
         raise DTypeError("div of bool tensors: cast to a numeric dtype first")
-    if not a.dtype.is_float:
-        return _int_div(a, b)
-    return mul(a, b.reciprocal())
+    if not wa.dtype.is_float:
+        return _int_div(wa, wb)
+    return mul(a, b.reciprocal())  # 1/b before b is broadcast: once per element of b
 
 
 def rtruediv(a, b):

@@ -162,15 +162,22 @@ def argmin(t, axis: int = -1, keepdim: bool = False):
     return argmax(_flip(t), axis, keepdim)
 
 
+def _row_max(t: GraphTensor, axis: int) -> GraphTensor:
+    """The plain MaxReduce (total order), enough for softmax: a NaN anywhere in a row makes the
+    whole row NaN whichever element the max picks (x - max, then the sum, carry it), and a row
+    holding +inf is NaN as in numpy (inf - inf). So the NaN propagation `max` adds is not needed."""
+    return _reduce(MaxReduce, t, axis, True, "softmax")
+
+
 def softmax(t, axis: int = -1):
     _float(t, "softmax")
-    e = (t - max(t, axis, keepdim=True)).exp()
+    e = (t - _row_max(t, axis)).exp()
     return e / sum(e, axis, keepdim=True)
 
 
 def log_softmax(t, axis: int = -1):
     _float(t, "log_softmax")
-    s = t - max(t, axis, keepdim=True)
+    s = t - _row_max(t, axis)
     return s - sum(s.exp(), axis, keepdim=True).log()
 
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from luminal.dtype import DType
+from luminal.hlir.fexpr import FArgs  # noqa: F401 (a field type field_sorts resolves)
 from luminal.shape.expr import ZERO, Expression, z
 from luminal.shape.tracker import ShapeTracker
 
@@ -25,8 +26,9 @@ EList = tuple[Expression, ...]
 Env = Mapping[str, int]
 
 # python field type -> egglog sort
+# (a fused op's `Op` field is an inline op term, its `FArgs` field the argument expressions: hlir/fexpr.py)
 SORTS = {"Expression": "Expression", "EList": "EList", "DType": "DType", "int": "i64", "str": "String",
-         "float": "f64", "bool": "bool"}  # fmt: skip
+         "float": "f64", "bool": "bool", "Op": "OpKind", "FArgs": "FList"}  # fmt: skip
 
 
 class Op:

@@ -25,6 +25,9 @@ from luminal.shape.expr import Z
 
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
+FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW)
+PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
 
 
 def matmul_ops() -> tuple:
@@ -32,15 +35,15 @@ def matmul_ops() -> tuple:
     host ops (`CudaExecutor.runs_host_ops`, luminal/backends/cuda/host/__init__.py has the contract)."""
     from luminal.backends.cuda.host import host_ops
 
-    return (*GEMV_KERNELS, *(host_ops() if getattr(CudaExecutor, "runs_host_ops", False) else ()))
+    return (*(host_ops() if getattr(CudaExecutor, "runs_host_ops", False) else ()), *GEMV_KERNELS)
 
 
 class CudaBackend:
     name = "cuda"
-    ops = (*KERNEL_OPS, *matmul_ops())
+    ops = (*matmul_ops(), *KERNEL_OPS)  # preference order: library matmuls, GEMV, fused kernels, the rest
     hlir_ops = (Input, Output)
-    rulesets = (KERNEL_LOWER, MATMUL_BACKEND)
-    phases: tuple[Phase, ...] = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND])
+    rulesets = RULESETS
+    phases: tuple[Phase, ...] = PHASES
 
     def __init__(self) -> None:
         self._dev = driver.device()  # BackendError with a clear message when no GPU is usable
@@ -74,6 +77,7 @@ def input_extents(nodes, env: Mapping[str, int]) -> dict[str, int]:
     need: dict[int, int] = {}
     for n in nodes:
         if isinstance(n.op, (KernelOp, HostOp)):
-            for src, (shape, strides) in zip(n.inputs, n.op.input_views(), strict=True):
+            for k, shape, strides in n.op.input_reads():
+                src = n.inputs[k]
                 need[src] = max(need.get(src, 0), view_extent(shape, strides, env))
     return {n.op.label: need.get(i, 0) for i, n in enumerate(nodes) if isinstance(n.op, Input)}

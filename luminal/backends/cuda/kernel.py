@@ -79,6 +79,10 @@ class KernelOp(Op):
         """The (shape, strides) view through which the kernel reads each input, in input order."""
         raise NotImplementedError
 
+    def input_reads(self) -> tuple[tuple[int, EList, EList], ...]:
+        """(input position, shape, strides) of every view the kernel reads an input through."""
+        return tuple((k, sh, st) for k, (sh, st) in enumerate(self.input_views()))
+
     def render(self, slots: Mapping[str, int]) -> Kernel:
         raise NotImplementedError
 

@@ -8,6 +8,7 @@ from luminal.backends.cuda.kernels import (
     KernelCast,
     KernelConstant,
     KernelExp2,
+    KernelFused,
     KernelGather,
     KernelIota,
     KernelLessThan,
@@ -22,6 +23,7 @@ from luminal.backends.cuda.kernels import (
     KernelSumReduce,
 )
 from luminal.dtype import DType
+from luminal.hlir.fexpr import FLeaf, FNode
 from luminal.shape.expr import num, var, z
 from luminal.shape.tracker import ShapeTracker
 
@@ -71,6 +73,32 @@ def kernels_for(dt: DType) -> list:
     out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))
     out += [KernelCast(CONTIG.dims, CONTIG.strides, to, dt) for to in DTYPES if to != dt]  # every conversion
     out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in (DType.f32, DType.i32) if to != dt]  # strided
+    return out + fused_for(dt)
+
+
+def fused_for(dt: DType) -> list:
+    """Fused kernels in each layout: elementwise (vectorized and strided), a reduction with a fused
+    prologue, and row kernels (reductions computed per row inline, warp and block per row)."""
+    x, y = FLeaf(0), FLeaf(1)
+    sh, st, bc = CONTIG.dims, CONTIG.strides, BCAST.strides
+    if dt == DType.bool:
+        return [KernelFused(KernelAdd(sh, st, st, dt), (FNode(KernelMul(sh, st, bc, dt), (x, y)), x))]
+    if not dt.is_float:
+        prod = FNode(KernelMul(sh, st, st, dt), (x, y))
+        return [KernelFused(KernelAdd(sh, st, bc, dt), (prod, y)),
+                KernelFused(KernelSumReduce((s,), num(8), (z * 8,), z, dt), (prod,))]  # fmt: skip
+    c = FNode(KernelCast((), (), dt, DType.f32), (FNode(KernelConstant(1.5, DType.f32), ()),))
+    out = [KernelFused(KernelExp2(sh, st, dt), (FNode(KernelMul(sh, st, (num(0), num(0)), dt), (x, c)),)),
+           KernelFused(KernelExp2(PERM.dims, PERM.strides, dt), (FNode(KernelSqrt(sh, bc, dt), (x,)),))]  # fmt: skip
+    for cols in (num(300), num(4096), n):  # warp per row, block per row, symbolic row length
+        row = ShapeTracker.new((s, cols))
+        red = ((s,), cols, (z * cols,), z)
+        if dt not in (DType.f8e4m3, DType.f8e5m2):  # fused maxima need the float's bits (reduce.egg)
+            out.append(KernelFused(KernelMaxReduce(*red, dt), (FNode(KernelExp2(row.dims, row.strides, dt), (x,)),)))
+        rstr = ShapeTracker.new((s,)).expand_dim(1, cols).strides
+        e = FNode(KernelExp2(row.dims, row.strides, dt), (x,))
+        total = FNode(KernelRecip((s,), (z,), dt), (FNode(KernelSumReduce(*red, dt), (e,)),))
+        out.append(KernelFused(KernelMul(row.dims, row.strides, rstr, dt), (e, total)))  # softmax-like
     return out
 
 

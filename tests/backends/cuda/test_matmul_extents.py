@@ -60,7 +60,8 @@ def _violations(llir, env) -> tuple[set[str], list[str]]:
         if type(n.op).__name__ in LIBRARY:
             seen.add(type(n.op).__name__)
         if isinstance(n.op, (KernelOp, HostOp)):  # every view an op reads fits its producer's buffer
-            for j, (src, (shape, strides)) in enumerate(zip(n.inputs, n.op.input_views(), strict=True)):
+            for j, shape, strides in n.op.input_reads():
+                src = n.inputs[j]
                 need = view_extent(shape, strides, env) * nodes[src].dtype.itemsize
                 if need > nbytes(src):
                     bad.append(f"{n.op!r} at {env}: input {j} reads {need} bytes of a {nbytes(src)}-byte buffer")

@@ -11,6 +11,7 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.backend import PHASES, RULESETS
 from luminal.backends.cuda.host.cublaslt import CUBLASLT_OPS
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels import KERNEL_OPS
@@ -18,7 +19,6 @@ from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS, KernelGemv
 from luminal.backends.reference.executor import ReferenceExecutor
 from luminal.dtype import DType
 from luminal.egraph.compile import build_egraph
-from luminal.egraph.rulesets import MATMUL_FLATTEN, main_cycle
 from luminal.hlir import Input, Mul, Output, SumReduce
 from luminal.shape.expr import num, var, z
 from tests.helpers import assert_matches
@@ -33,8 +33,8 @@ class MatmulCpuBackend:
     device = "cpu-matmul-rules-test"
     ops = (*KERNEL_OPS, *GEMV_KERNELS, *CUBLASLT_OPS)
     hlir_ops = (Input, Output)
-    rulesets = ("kernel_lower", "matmul_backend")
-    phases = main_cycle([MATMUL_FLATTEN, "kernel_lower", "matmul_backend"])
+    rulesets = RULESETS
+    phases = PHASES
 
     def load(self, llir):
         return ReferenceExecutor(llir.nodes, llir.outputs)

@@ -10,6 +10,8 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cuda import runtime
+from luminal.backends.cuda.backend import KERNEL_LOWER, MATMUL_BACKEND
+from luminal.egraph.rulesets import MATMUL_FLATTEN, main_cycle
 from tests.backends.cuda import fake_driver
 from tests.backends.cuda.graphs import build, cases, make_inputs
 from tests.backends.cuda.test_lowering import CpuCudaBackend
@@ -25,15 +27,22 @@ def fake(monkeypatch):
     fake_driver.reset()
 
 
-def plan(g):
+class UnfusedCpuCudaBackend(CpuCudaBackend):
+    """Without the fusion phase: one kernel (and one buffer) per primitive, to exercise the arena."""
+
+    phases = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND])
+
+
+def plan(g, fused: bool = True):
     from luminal.egraph.compile import CompileOptions, compile_plans
 
-    _, llirs, _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
+    backend = CpuCudaBackend() if fused else UnfusedCpuCudaBackend()
+    _, llirs, _ = compile_plans(g, backend, CompileOptions(cache=False, search_budget=1))
     return llirs[0]
 
 
-def executor(g, **kw):
-    ex = runtime.CudaExecutor(plan(g).nodes, **kw)
+def executor(g, fused: bool = True, **kw):
+    ex = runtime.CudaExecutor(plan(g, fused).nodes, **kw)
     fake_driver.bind(ex)
     return ex
 
@@ -66,7 +75,7 @@ def test_arena_is_smaller_than_the_sum_of_buffers(fake):
     for _ in range(10):
         y = (y * 1.5).sin()
     y.output("y")
-    ex = executor(g)
+    ex = executor(g, fused=False)
     out = ex.run({"x": np.linspace(0, 1, 1000, dtype=np.float32)}, {})["y"]
     want = np.linspace(0, 1, 1000, dtype=np.float32)
     for _ in range(10):

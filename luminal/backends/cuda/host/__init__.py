@@ -36,6 +36,10 @@ class HostOp(Op):
     def input_views(self) -> tuple[tuple[EList, EList], ...]:
         raise NotImplementedError
 
+    def input_reads(self) -> tuple[tuple[int, EList, EList], ...]:
+        """(input position, shape, strides) of every view read, as KernelOp.input_reads."""
+        return tuple((k, sh, st) for k, (sh, st) in enumerate(self.input_views()))
+
     def signature(self, env: Mapping[str, int]) -> tuple:
         """What a captured launch depends on besides pointers: the evaluated dims it reads."""
         return tuple(sorted((d, int(env[d])) for d in self.dim_names()))

@@ -48,13 +48,16 @@ class KernelBinary(KernelOp):
     def input_views(self):
         return ((self.shape, self.a_strides), (self.shape, self.b_strides))
 
+    def inline(self, out: str, args: list[str], pos: str) -> str:
+        """C statements setting `out` (of the result's storage type) from the stored operands `args`."""
+        dt, ct = self.dtype, compute_type(self.dtype)
+        return (f"{{ const {ct} a = {load(dt, args[0])}; const {ct} b = {load(dt, args[1])}; "
+                f"{out} = {store(self.result_dtype(), self.value(dt))}; }}")  # fmt: skip
+
     def render(self, slots) -> Kernel:
         dt, odt = self.dtype, self.result_dtype()
-        ct = compute_type(dt)
         ia, ib = index_c(self.shape, self.a_strides), index_c(self.shape, self.b_strides)
-        body = (f"      const {ct} a = {load(dt, f'in0[{ia}]')};\n"
-                f"      const {ct} b = {load(dt, f'in1[{ib}]')};\n"
-                f"      out[i] = {store(odt, self.value(dt))};")  # fmt: skip
+        body = "      " + self.inline("out[i]", [f"in0[{ia}]", f"in1[{ib}]"], "i")
         decls = dim_decls(self.dim_names(), slots)
         return elementwise(self.prefix, odt, [dt, dt], prod(self.shape), body, decls, headers(dt, odt),
                            vector=ia == ib == "i")  # fmt: skip

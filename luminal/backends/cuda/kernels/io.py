@@ -20,7 +20,6 @@ from luminal.backends.cuda.kernel import (
     Kernel,
     KernelOp,
     Launch,
-    c_expr,
     dim_decls,
     elementwise,
     headers,
@@ -46,8 +45,12 @@ class KernelIota(KernelOp):
     def input_views(self):
         return ()
 
+    def inline(self, out: str, args: list[str], pos: str) -> str:
+        """C setting `out` to the value at flat position `pos` (a C expression)."""
+        return f"{out} = (int)({self.expr.to_c(lambda v: pos if v == 'z' else f'd_{v}')});"
+
     def render(self, slots) -> Kernel:
-        body = f"      out[i] = (int)({c_expr(self.expr)});"
+        body = "      " + self.inline("out[i]", [], "i")
         return elementwise(self.prefix, DType.i32, [], self.length, body, dim_decls(self.dim_names(), slots),
                            frozenset())  # fmt: skip
 
@@ -71,9 +74,12 @@ class KernelConstant(KernelOp):
     def input_views(self):
         return ()
 
+    def inline(self, out: str, args: list[str], pos: str) -> str:
+        return f"{out} = {f32_literal(self.value)};"
+
     def render(self, slots) -> Kernel:
         code = (f'extern "C" __global__ void KNAME(float* __restrict__ out, const long long* __restrict__ dims) {{\n'
-                f"  if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = {f32_literal(self.value)};\n}}\n")  # fmt: skip
+                f"  if (blockIdx.x == 0 && threadIdx.x == 0) {self.inline('out[0]', [], '0')}\n}}\n")  # fmt: skip
         name, code = name_code(self.prefix, code)
         return Kernel(code, (Launch(name, ONE, 1),), frozenset())
 
@@ -115,10 +121,13 @@ class KernelCast(KernelOp):
     def input_views(self):
         return ((self.shape, self.strides),)
 
+    def inline(self, out: str, args: list[str], pos: str) -> str:
+        pre, val = convert(self.in_dtype, self.dtype, args[0])
+        return f"{{ {pre.strip()} {out} = {val}; }}" if pre else f"{out} = {val};"
+
     def render(self, slots) -> Kernel:
         ix = index_c(self.shape, self.strides)
-        pre, val = convert(self.in_dtype, self.dtype, f"in0[{ix}]")
-        body = f"{pre}      out[i] = {val};"
+        body = "      " + self.inline("out[i]", [f"in0[{ix}]"], "i")
         decls = dim_decls(self.dim_names(), slots)
         hdrs = headers(self.dtype, self.in_dtype)
         return elementwise(

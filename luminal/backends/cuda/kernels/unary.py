@@ -40,14 +40,18 @@ class KernelUnary(KernelOp):
     def input_views(self):
         return ((self.shape, self.strides),)
 
-    def render(self, slots) -> Kernel:
+    def inline(self, out: str, args: list[str], pos: str) -> str:
+        """C statements setting `out` (of the result's storage type) from the stored operand `args[0]`."""
         dt = self.dtype
         if not dt.is_float:
             raise BackendError(f"{type(self).__name__} on {dt}: unary kernels are float-only (cast first)")
         fn = (self.f64 if dt == DType.f64 else self.f32).format(x="v")
+        return f"{{ const {compute_type(dt)} v = {load(dt, args[0])}; {out} = {store(dt, fn)}; }}"
+
+    def render(self, slots) -> Kernel:
+        dt = self.dtype
         ix = index_c(self.shape, self.strides)
-        body = f"      const {compute_type(dt)} v = {load(dt, f'in0[{ix}]')};\n"
-        body += f"      out[i] = {store(dt, fn)};"
+        body = "      " + self.inline("out[i]", [f"in0[{ix}]"], "i")
         decls = dim_decls(self.dim_names(), slots)
         return elementwise(self.prefix, dt, [dt], prod(self.shape), body, decls, headers(dt), vector=ix == "i")
 
