@@ -21,6 +21,6 @@ KERNEL_OPS = (*FUSED_KERNELS, *UNARY_KERNELS, *BINARY_KERNELS, *REDUCE_KERNELS, 
 
 __all__ = [
     "KERNEL_OPS", "KernelAdd", "KernelCast", "KernelConstant", "KernelExp2", "KernelFused", "KernelGather",
-    "KernelIota", "KernelLessThan", "KernelLog2", "KernelMaxReduce", "KernelMod", "KernelMul", "KernelRecip", "KernelScatter",
-    "KernelSin", "KernelSqrt", "KernelSumReduce",
+    "KernelIota", "KernelLessThan", "KernelLog2", "KernelMaxReduce", "KernelMod", "KernelMul", "KernelRecip",
+    "KernelScatter", "KernelSin", "KernelSqrt", "KernelSumReduce",
 ]  # fmt: skip

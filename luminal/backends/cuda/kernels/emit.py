@@ -257,7 +257,8 @@ def _combine(p: dict, g: int, sh: str) -> list[str]:
     out += [f"  __shared__ T {sh}_s[{w}], {sh}_c[{w}];",
             f"  if ((threadIdx.x & 31) == 0) {{ {sh}_s[threadIdx.x >> 5] = s; {sh}_c[threadIdx.x >> 5] = c; }}",
             "  __syncthreads();", f"  s = {sh}_s[0]; c = {sh}_c[0];",
-            f"  for (int w = 1; w < {w}; ++w) {{ const T s2 = {sh}_s[w]; const T c2 = {sh}_c[w]; {p['comb']} }}"]  # fmt: skip
+            f"  for (int w = 1; w < {w}; ++w) {{",
+            f"    const T s2 = {sh}_s[w]; const T c2 = {sh}_c[w]; {p['comb']}", "  }"]  # fmt: skip
     return out
 
 
