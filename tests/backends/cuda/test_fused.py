@@ -23,7 +23,6 @@ from luminal.egraph.compile import CompileOptions, build_egraph, compile_plans
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.search import sample_genomes
 from luminal.hlir import HLIR_OPS
-from tests.backends.cuda.test_kernels import no_cache  # noqa: F401 (fixture: NVRTC really compiles)
 from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.helpers import assert_matches
 

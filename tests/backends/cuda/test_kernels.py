@@ -20,14 +20,6 @@ from tests.backends.cuda.catalog import CONTIG, DTYPES, MERGED, kernels_for, sou
 SLOTS = {"n": 0, "s": 1, ERROR_SLOT: 2}
 
 
-@pytest.fixture
-def no_cache(monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE", "off")
-    nvrtc.clear_memory_cache()
-    yield
-    nvrtc.clear_memory_cache()
-
-
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.value)
 def test_every_kernel_compiles_for_sm90(dt, no_cache):
     ops = kernels_for(dt) + (sources() if dt == DType.f32 else [])
