@@ -26,12 +26,13 @@ from luminal.backends.cuda.backend import input_extents  # noqa: E402
 COLS = 4096  # row length of the reductions
 
 
-def luminal_time(build, dims: dict, dtype) -> float:
+def luminal_time(build, dims: dict, dtype) -> tuple[float, int]:
+    """Median seconds of the plan search chose, and how many kernel launches it makes."""
     g = lm.Graph()
     build(g, dtype).output("y")
-    m = g.compile("cuda", cache=False)
+    m = g.compile("cuda", cache=False, profile_dims=dims)
     ex = m._executor
-    return ex.profile(dims, input_extents(m.plans[0].nodes, dims), reps=30, warmup=5)
+    return ex.profile(dims, input_extents(m.plans[0].nodes, dims), reps=30, warmup=5), ex.stats["launches"]
 
 
 def torch_time(fn, reps: int = 30, warmup: int = 5) -> float:
@@ -72,31 +73,41 @@ def bench_dtype(dt, nbytes: int, ceiling: float) -> list[dict]:
         ("row sum", lambda g, d: g.tensor("x", ("r", COLS), d).sum(axis=1), {"r": r}, 1, lambda: x2.sum(dim=1)),
         ("row softmax", lambda g, d: g.tensor("x", ("r", COLS), d).softmax(axis=-1), {"r": r}, 2,
          lambda: torch.softmax(x2, dim=-1)),
+        ("layer norm", lambda g, d: g.tensor("x", ("r", COLS), d).layer_norm(), {"r": r}, 2,
+         lambda: torch.nn.functional.layer_norm(x2, (COLS,))),
+        ("rms norm", lambda g, d: g.tensor("x", ("r", COLS), d).rms_norm(), {"r": r}, 2,
+         lambda: torch.nn.functional.rms_norm(x2, (COLS,), eps=1e-6)),
     ]  # fmt: skip
     rows = []
     for name, build, dims, passes, tfn in cases:
         moved = passes * nbytes  # bytes an ideal single kernel reads + writes
-        t = luminal_time(build, dims, dt)
+        t, launches = luminal_time(build, dims, dt)
         tt = torch_time(tfn)
         gbs = moved / t / 1e9
         rows.append({"op": name, "dtype": dt.value, "ms": t * 1e3, "gbs": gbs, "pct": 100 * gbs / ceiling,
-                     "torch_ms": tt * 1e3, "torch_gbs": moved / tt / 1e9})  # fmt: skip
+                     "torch_ms": tt * 1e3, "torch_gbs": moved / tt / 1e9, "kernels": launches})  # fmt: skip
         print(rows[-1], flush=True)
     return rows
 
 
 def kernel_chain(n_kernels: int = 200) -> dict:
-    """n dependent tiny Adds replayed as one CUDA graph: the per-kernel cost."""
-    g = lm.Graph()
-    x = g.tensor("x", (256,))
-    y = x
-    for _ in range(n_kernels):
-        y = y + x
-    y.output("y")
-    m = g.compile("cuda", cache=False)
-    assert m._executor.stats["launches"] == n_kernels, m._executor.stats
-    t = m._executor.profile({}, {"x": 256}, reps=50, warmup=5)
-    got = m.run({"x": np.ones(256, np.float32)})["y"]
+    """n dependent tiny Add kernels replayed as one CUDA graph: the per-kernel cost. The plan is
+    built by hand (the compiler would fuse the chain into one kernel)."""
+    from luminal.backends.cuda.kernels import KernelAdd
+    from luminal.backends.cuda.runtime import CudaExecutor
+    from luminal.egraph.llir import LNode
+    from luminal.hlir import Input, Output
+    from luminal.shape.expr import num, z
+
+    sh, st = (num(256),), (z,)
+    nodes = [LNode(Input("x", lm.f32), (), lm.f32)]
+    for k in range(n_kernels):
+        nodes.append(LNode(KernelAdd(sh, st, st, lm.f32), (k, 0), lm.f32))
+    nodes.append(LNode(Output("y"), (n_kernels,), lm.f32))
+    ex = CudaExecutor(nodes)
+    assert ex.stats["launches"] == n_kernels, ex.stats
+    t = ex.profile({}, {"x": 256}, reps=50, warmup=5)
+    got = ex.run({"x": np.ones(256, np.float32)}, {})["y"]
     assert np.allclose(got, n_kernels + 1.0), got[:4]
     return {"op": f"{n_kernels}-kernel chain", "dtype": "f32", "ms": t * 1e3, "us_per_kernel": t / n_kernels * 1e6}
 
@@ -115,13 +126,13 @@ def main() -> None:
         rows += bench_dtype(dt, nbytes, ceiling)
         torch.cuda.empty_cache()
     rows.append(kernel_chain())
-    print(f"{'op':18} {'dtype':6} {'ms':>8} {'GB/s':>8} {'% copy':>7} {'torch ms':>9} {'torch GB/s':>10}")
+    print(f"{'op':18} {'dtype':6} {'ms':>8} {'GB/s':>8} {'% copy':>7} {'torch ms':>9} {'torch GB/s':>10} kernels")
     for row in rows:
         if "us_per_kernel" in row:
             print(f"{row['op']:18} {row['dtype']:6} {row['ms']:8.3f}   {row['us_per_kernel']:.2f} us/kernel")
         elif "ms" in row:
             print(f"{row['op']:18} {row['dtype']:6} {row['ms']:8.3f} {row['gbs']:8.0f} {row['pct']:6.1f}% "
-                  f"{row['torch_ms']:9.3f} {row['torch_gbs']:10.0f}")  # fmt: skip
+                  f"{row['torch_ms']:9.3f} {row['torch_gbs']:10.0f} {row['kernels']:7d}")  # fmt: skip
         else:
             print(f"{row['op']:18} {row['dtype']:6} {'':8} {row['gbs']:8.0f} {row['pct']:6.1f}%")
     if args.json:

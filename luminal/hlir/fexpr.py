@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, NewType
 
+import numpy as np
+
 if TYPE_CHECKING:
+    from luminal.dtype import DType
     from luminal.hlir.op import Op
 
 _INTERN: dict[tuple, FExpr] = {}
@@ -104,22 +107,34 @@ def n_leaves(roots: tuple[FExpr, ...]) -> int:
     return 1 + max((e.index for e in topo(roots) if isinstance(e, FLeaf)), default=-1)
 
 
-def evaluate(root_op: Op, args: tuple[FExpr, ...], ins: list, in_dtypes: tuple, env: Mapping[str, int]):
-    """Reference semantics: every node runs its op's `reference` on its arguments' flat buffers."""
-    vals: dict[int, tuple] = {}
+def evaluate(
+    root_op: Op,
+    args: tuple[FExpr, ...],
+    ins: list,
+    in_dtypes: tuple,
+    env: Mapping[str, int],
+    hold: Callable[[DType], DType] = lambda dt: dt,
+    exact: Callable[[Op], bool] = lambda op: True,
+):
+    """Reference semantics: every node runs its op's `reference` on its arguments' flat buffers.
+    `hold(dt)` is the dtype a value of dtype `dt` is kept in between nodes (a backend that keeps
+    16-bit floats in f32 registers passes that); an op with `exact(op)` reads its arguments
+    rounded to their own dtypes; the root's result is rounded to its own dtype."""
+    logical = dtypes(args, tuple(in_dtypes))
+    vals: dict[int, np.ndarray] = {}
 
-    def get(e: FExpr) -> tuple:
-        if isinstance(e, FLeaf):
-            return ins[e.index], in_dtypes[e.index]
-        return vals[id(e)]
+    def get(e: FExpr) -> np.ndarray:
+        return np.asarray(ins[e.index]) if isinstance(e, FLeaf) else vals[id(e)]
+
+    def run(op: Op, xs: tuple[FExpr, ...]) -> np.ndarray:
+        dts = tuple(logical[id(a)] if exact(op) else hold(logical[id(a)]) for a in xs)
+        return op.reference([get(a).astype(d.np, copy=False) for a, d in zip(xs, dts, strict=True)], dts, env)
 
     for e in topo(args):
         if isinstance(e, FNode):
-            xs = [get(a) for a in e.args]
-            dts = tuple(d for _, d in xs)
-            vals[id(e)] = (e.op.reference([x for x, _ in xs], dts, env), e.op.out_dtype(dts))
-    xs = [get(a) for a in args]
-    return root_op.reference([x for x, _ in xs], tuple(d for _, d in xs), env)
+            vals[id(e)] = run(e.op, e.args).astype(hold(logical[id(e)]).np, copy=False)
+    out_dt = root_op.out_dtype(tuple(logical[id(a)] for a in args))
+    return run(root_op, args).astype(out_dt.np, copy=False)
 
 
 def dtypes(args: tuple[FExpr, ...], in_dtypes: tuple) -> dict[int, object]:

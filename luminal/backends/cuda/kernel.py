@@ -56,6 +56,9 @@ class KernelOp(Op):
 
     hlir_class: ClassVar[type]
     prefix: ClassVar[str] = "k"
+    # inside a fused kernel (16/8-bit floats held in f32): whether the op reads its operands rounded
+    # to their dtype, because its result is discontinuous in them (%, <, casts)
+    exact_operands: ClassVar[bool] = False
 
     def hlir(self) -> Op:
         names = [f.name for f in dataclasses.fields(self.hlir_class)]  # type: ignore[arg-type]
@@ -134,6 +137,20 @@ def store(dt: DType, v: str) -> str:
     if dt == DType.f8e5m2:
         return f"to_e5m2((float)({v}))"
     return f"(({dt.cuda})({v}))"
+
+
+def operand(dt: DType, x: str, wide: bool, exact: bool = False) -> str:
+    """`x` as dt's compute type: a stored value is widened; a `wide` one (a fused kernel's register,
+    already in the compute type) is taken as it is, or first rounded to dt when `exact` (an op whose
+    result jumps with its operand's last bit -- %, <, casts -- sees the dtype's value)."""
+    if not wide:
+        return load(dt, x)
+    return load(dt, store(dt, x)) if exact and dt.is_float and dt.bits < 32 else x
+
+
+def result(dt: DType, v: str, wide: bool) -> str:
+    """A compute-type result as stored (rounded into dt), or kept in the compute type when `wide`."""
+    return f"(({compute_type(dt)})({v}))" if wide else store(dt, v)
 
 
 def unsigned(dt: DType) -> str:

@@ -20,8 +20,8 @@ from luminal.backends.cuda.kernel import (
     elementwise,
     headers,
     index_c,
-    load,
-    store,  # fmt: skip
+    operand,
+    result,
     unsigned,
 )
 from luminal.dtype import DType
@@ -48,11 +48,12 @@ class KernelBinary(KernelOp):
     def input_views(self):
         return ((self.shape, self.a_strides), (self.shape, self.b_strides))
 
-    def inline(self, out: str, args: list[str], pos: str) -> str:
-        """C statements setting `out` (of the result's storage type) from the stored operands `args`."""
-        dt, ct = self.dtype, compute_type(self.dtype)
-        return (f"{{ const {ct} a = {load(dt, args[0])}; const {ct} b = {load(dt, args[1])}; "
-                f"{out} = {store(self.result_dtype(), self.value(dt))}; }}")  # fmt: skip
+    def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
+        """C statements setting `out` from the operands `args` (stored values, or compute-type
+        registers with `wide`, as KernelUnary.inline)."""
+        dt, ct, ex = self.dtype, compute_type(self.dtype), self.exact_operands
+        return (f"{{ const {ct} a = {operand(dt, args[0], wide, ex)}; const {ct} b = {operand(dt, args[1], wide, ex)}; "
+                f"{out} = {result(self.result_dtype(), self.value(dt), wide)}; }}")  # fmt: skip
 
     def render(self, slots) -> Kernel:
         dt, odt = self.dtype, self.result_dtype()
@@ -94,6 +95,7 @@ class KernelMul(KernelBinary):
 class KernelMod(KernelBinary):
     hlir_class: ClassVar[type] = Mod
     prefix: ClassVar[str] = "mod"
+    exact_operands: ClassVar[bool] = True
 
     def value(self, dt):
         if dt == DType.f64:
@@ -111,6 +113,7 @@ class KernelMod(KernelBinary):
 class KernelLessThan(KernelBinary):
     hlir_class: ClassVar[type] = LessThan
     prefix: ClassVar[str] = "lt"
+    exact_operands: ClassVar[bool] = True
 
     def result_dtype(self):
         return DType.bool

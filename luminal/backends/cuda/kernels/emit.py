@@ -7,11 +7,16 @@ at the node's position is the argument's flat position (its result is a virtual 
 buffer), which for a row layout is turned back into the argument's coordinates (directly when the
 view only permutes, broadcasts or drops axes; by div/mod otherwise).
 
-Values are C locals of their dtype's storage type, each computed by the op's own `inline` C and
-so rounded exactly as the unfused kernel would round it. A local lives in the innermost loop its
-position depends on (loop-invariant values are hoisted: a reduction whose position does not
-depend on the row's column loop is computed once per row, before that loop) and is shared by
-every use at the same position (CSE).
+Values are C locals of their dtype's compute type (f32 for 16/8-bit floats: nothing is rounded
+until the output is stored, except by an explicit cast), each computed by the op's own `inline`
+C. A local lives in the innermost loop its position depends on (loop-invariant values are
+hoisted: a reduction whose position does not depend on the row's column loop is computed once per
+row, before that loop) and is shared by every use at the same position (CSE). Row loops of a
+literal length of at most TILE_MAX iterations per thread are unrolled and keep their values in
+per-thread arrays (registers), shared by every row loop over that length: a row is read from
+memory once, whatever number of passes (max, sum, output) the body makes over it. A row-level
+float sum in such a loop adds a thread's values pairwise, then combines the threads' partial sums
+with compensated (TwoSum) adds, like the reduce kernels.
 
 Row layouts: a group of G threads (1, a warp or the whole 256-thread block) per row. A reduction
 computed at row level is cooperative: the G threads stride its loop and combine their partial
@@ -22,11 +27,11 @@ their thread. Accumulation follows the unfused reduce kernels exactly (reduce.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from luminal.backends.cuda.kernel import EW_BLOCK
+from luminal.backends.cuda.kernel import EW_BLOCK, compute_type, load
 from luminal.backends.cuda.kernels.io import KernelConstant, KernelIota
-from luminal.backends.cuda.kernels.reduce import KernelMaxReduce, KernelReduce
+from luminal.backends.cuda.kernels.reduce import KernelMaxReduce, KernelReduce, KernelSumReduce
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir.fexpr import FExpr, FLeaf, FNode
@@ -132,27 +137,43 @@ def unravel(phys: Expression, pos: tuple, view: tuple[EList, EList], shape: ELis
 
 @dataclass(eq=False)
 class Scope:
-    """A block of statements: the row prelude, or the body of a loop over `var`."""
+    """A block of statements: the row prelude, or the body of a loop over `var`. A *tile* scope
+    (tile = J > 0) is a row loop unrolled J times per thread: its values are per-thread arrays
+    indexed by the unrolled iteration j, and every row loop over the same length shares it (each
+    physical loop's statements go to the top of `stack`), so a value computed in one such loop
+    (an input element, exp(x - max)) is reused from registers by the next."""
 
     parent: Scope | None
     depth: int
     var: str = ""
     lines: list[str] = field(default_factory=list)
+    tile: int = 0
+    stack: list[list[str]] = field(default_factory=list)
+
+    def put(self, line: str) -> None:
+        (self.stack[-1] if self.tile else self.lines).append(line)
+
+
+TILE_MAX = 32  # a row loop of at most this many iterations per thread keeps its values in registers
 
 
 class Emitter:
     """Builds the statements of one fused kernel; see the module docstring."""
 
-    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool):
+    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True):
         self.in_dtypes = in_dtypes
         self.group = group  # threads per row (cooperative reductions at row level)
         self.coords = coords
+        self.strict = strict
         self.root = Scope(None, 0)
         self.scope_of: dict[str, Scope] = {}
         self.memo: dict[tuple, tuple[str, DType, Scope]] = {}
+        self.where: dict[tuple, list[str]] = {}  # tile values: the physical loop body that computes them
+        self.decls: list[str] = []  # per-thread arrays of tile scopes, declared before any row loop
         self.n = 0
         self.flat_loads = True  # every leaf read as in{k}[i] (the elementwise layout may vectorize)
         self.uses_pos = False
+        self.coop: list[tuple[FNode, Position]] = []  # row-level reductions, in the order their loops closed
 
     def fresh(self, prefix: str) -> str:
         self.n += 1
@@ -162,6 +183,38 @@ class Emitter:
         sc = Scope(parent, parent.depth + 1, var)
         self.scope_of["@" + var] = sc
         return sc
+
+    def local(self, sc: Scope, dt: DType, name: str) -> str:
+        """The C spelling of a new value `name` placed in `sc` (an array element in a tile scope)."""
+        if not sc.tile:
+            return name
+        self.decls.append(f"{compute_type(dt)} {name}[{sc.tile}];")
+        return f"{name}[j]"
+
+    # -- row loops ------------------------------------------------------------------------------------
+    def row_loop(self, n: Expression) -> Scope:
+        """Open a loop of the row group over positions 0..n-1 (tiled when n is a small literal)."""
+        g = self.group
+        if n.is_num and -(-n.value // g) <= TILE_MAX:
+            var = f"t{n.value}"
+            sc = self.scope_of.get("@" + var)
+            if sc is None:
+                sc = self.open(self.root, var)
+                sc.tile = max(1, -(-n.value // g))
+            sc.stack.append([])
+            return sc
+        return self.open(self.root, self.fresh("k"))
+
+    def close_loop(self, sc: Scope, n: Expression, tail: list[str]) -> list[str]:
+        """The text of a loop opened by row_loop, with `tail` after its body."""
+        v, g = sc.var, self.group
+        if sc.tile:
+            body = sc.stack.pop()
+            return ["#pragma unroll", f"for (int j = 0; j < {sc.tile}; ++j) {{",
+                    f"  const long long {v} = lane + (long long)j * {g};", f"  if ({v} < {c_of(n)}) {{",
+                    *(f"    {ln}" for ln in (*body, *tail)), "  }", "}"]  # fmt: skip
+        return ["#pragma unroll 4", f"for (long long {v} = lane; {v} < {c_of(n)}; {v} += {g}) {{",
+                *(f"  {ln}" for ln in (*sc.lines, *tail)), "}"]  # fmt: skip
 
     def deepest(self, e: Expression | tuple, *scopes: Scope) -> Scope:
         names = set().union(*(x.vars() for x in (e if isinstance(e, tuple) else (e,))))
@@ -174,7 +227,13 @@ class Emitter:
         key = (id(e), pos)
         hit = self.memo.get(key)
         if hit is not None:
-            return hit
+            body = self.where.get(key)
+            if body is None or body is hit[2].stack[-1] or not any(body is b for b in hit[2].stack):
+                return hit
+            # computed in a loop that runs after the current one. A final pass evaluates the
+            # row-level reductions first (in `coop` order), so only a first pass gets here
+            if self.strict:
+                raise BackendError("fused kernel: a value is used before the loop computing it (codegen invariant)")
         if isinstance(e, FLeaf):
             dt = self.in_dtypes[e.index]
             sc = self.deepest(pos)
@@ -182,13 +241,17 @@ class Emitter:
             ix = c_of(pos)
             if ix != "i":
                 self.flat_loads = False
-            sc.lines.append(f"const {dt.cuda} {name} = in{e.index}[{ix}];")
-            res = (name, dt, sc)
+            ref = self.local(sc, dt, name)
+            val = load(dt, f"in{e.index}[{ix}]")
+            sc.put(f"{ref} = {val};" if sc.tile else f"const {compute_type(dt)} {name} = {val};")
+            res = (ref, dt, sc)
         elif isinstance(e.op, KernelReduce):
             res = self.reduce(e, pos)
         else:
             res = self.elementwise(e, pos)
         self.memo[key] = res
+        if res[2].tile:
+            self.where[key] = res[2].stack[-1]
         return res
 
     def arg_pos(self, node: FNode, k: int, pos: Position) -> Position:
@@ -207,38 +270,54 @@ class Emitter:
             self.uses_pos = True
         sc = self.deepest(flat if isinstance(e.op, KernelIota) else (), *(s for _, _, s in args))
         name = self.fresh("v")
-        sc.lines.append(f"{dt.cuda} {name}; " + e.op.inline(name, [a for a, _, _ in args], c_of(flat)))
-        return name, dt, sc
+        ref = self.local(sc, dt, name)
+        code = e.op.inline(ref, [a for a, _, _ in args], c_of(flat), wide=True)
+        sc.put(code if sc.tile else f"{compute_type(dt)} {name}; {code}")
+        return ref, dt, sc
 
     def reduce(self, e: FNode, pos: Position) -> tuple[str, DType, Scope]:
         op: KernelReduce = e.op  # type: ignore[assignment]
         dt = op.dtype
         outer = self.deepest(pos)
-        coop = outer is self.root and self.group > 1
-        kname = self.fresh("k")
-        body = self.open(outer, kname)
-        k = cvar(kname)
-        x, xdt, xsc = self.value(e.args[0], self.arg_pos(e, 0, (*pos, k)))
+        coop = outer is self.root  # row level: the whole row group runs the loop
+        body = self.row_loop(op.iters) if coop else self.open(outer, self.fresh("k"))
+        x, xdt, xsc = self.value(e.args[0], self.arg_pos(e, 0, (*pos, cvar(body.var))))
         if xsc.depth > body.depth:
             raise BackendError("fused reduction: an argument escaped its loop (codegen invariant broken)")
-        p = op.parts()
-        src = as_bits(xdt, x) if isinstance(op, KernelMaxReduce) and dt.is_float else x
-        ld = p["load"].replace("in0[{ix}]", src)
-        final = p["final"]
-        if isinstance(op, KernelMaxReduce) and dt.is_float:
-            final = from_bits(dt, final)
+        wdt = wide(dt)  # the reduction runs over the registers' type: f32 for 16/8-bit floats
+        p = replace(op, dtype=wdt).parts()
+        bits = isinstance(op, KernelMaxReduce) and dt.is_float
+        ld = p["load"].replace("in0[{ix}]", as_bits(wdt, x) if bits else x)
+        final = from_bits(wdt, p["final"]) if bits else p["final"]
         res = self.fresh("red")
-        g = self.group if coop else 1
-        start, step = ("lane", g) if coop else ("0", 1)
-        lines = [f"{dt.cuda} {res};", "{", f"  typedef {p['T']} T;", f"  const long long iters = {c_of(op.iters)};",
-                 f"  T s = {p['init']}, c = {p['zero_c']};", "#pragma unroll 4",
-                 f"  for (long long {kname} = {start}; {kname} < iters; {kname} += {step}) {{",
-                 *(f"    {ln}" for ln in body.lines), f"    const T v = {ld};", f"    {p['add']}", "  }"]  # fmt: skip
-        if g > 1:
-            lines += _combine(p, g, self.fresh("sh"))
-        lines += [f"  {res} = {final};", "}"]
-        outer.lines.extend(lines)
-        return res, dt, outer
+        ref = self.local(outer, dt, res)
+        acc = [f"const T v = {ld};", p["add"]]
+        pre: list[str] = []
+        if coop and body.tile > 1 and isinstance(op, KernelSumReduce) and dt.is_float:
+            # a thread's (<= TILE_MAX) register values summed pairwise in the accumulator type, then
+            # the compensated combine across the group: the error stays a few ulps of the sum of |v|
+            pre = [f"T part[{body.tile}] = {{}};"]
+            acc = [f"part[j] = {ld};"]
+        if coop:
+            loop = self.close_loop(body, op.iters, acc)
+            if pre:
+                loop += ["#pragma unroll", f"for (int w = 1; w < {body.tile}; w *= 2) {{", "#pragma unroll",
+                         f"  for (int j = 0; j + w < {body.tile}; j += 2 * w) part[j] += part[j + w];", "}",
+                         "s = part[0];"]  # fmt: skip
+        else:
+            loop = ["#pragma unroll 4", f"for (long long {body.var} = 0; {body.var} < iters; ++{body.var}) {{",
+                    *(f"  {ln}" for ln in (*body.lines, *acc)), "}"]  # fmt: skip
+        lines = ([] if outer.tile else [f"{compute_type(dt)} {res};"]) + [
+            "{", f"  typedef {p['T']} T;", f"  const long long iters = {c_of(op.iters)};",
+            f"  T s = {p['init']}, c = {p['zero_c']};", *(f"  {ln}" for ln in (*pre, *loop))]  # fmt: skip
+        if coop and self.group > 1:
+            lines += _combine(p, self.group, self.fresh("sh"))
+        lines += [f"  {ref} = {final};", "}"]
+        for ln in lines:
+            outer.put(ln)
+        if coop:
+            self.coop.append((e, pos))
+        return ref, dt, outer
 
 
 def _combine(p: dict, g: int, sh: str) -> list[str]:
@@ -260,6 +339,11 @@ def _combine(p: dict, g: int, sh: str) -> list[str]:
             f"  for (int w = 1; w < {w}; ++w) {{",
             f"    const T s2 = {sh}_s[w]; const T c2 = {sh}_c[w]; {p['comb']}", "  }"]  # fmt: skip
     return out
+
+
+def wide(dt: DType) -> DType:
+    """The type a fused kernel holds values of `dt` in: f32 for 16/8-bit floats."""
+    return DType.f32 if dt.is_float and dt.bits < 32 else dt
 
 
 _BITS = {

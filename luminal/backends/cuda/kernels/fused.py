@@ -8,8 +8,13 @@ reduce.egg) union every way to compute a value inline into the value's FExpr cla
 op into the root's e-class; extraction picks where each region starts and stops, and search
 ranks the plans by their measured time. fused.egg holds the shared helper rules.
 
-Semantics are exactly the unfused chain's (every node rounds to its own dtype; `reference` runs
-the nodes' own reference code). The kernel is laid out one of three ways (emit.py has the details):
+Semantics: every node computes what its op computes, but values stay in registers: 16/8-bit
+floats are held in f32 between the nodes of one kernel and rounded to their dtype only where the
+program observes their exact value -- when the kernel stores its output, and where an op's result
+jumps with its operand's last bit (%, <, casts: `exact_operands`). Arithmetic, transcendentals and
+reductions read the unrounded f32 values, which is at least as accurate as the unfused chain
+rounding after every primitive (docs/numerics.md); `reference` runs the nodes' own reference code
+under the same rule. The kernel is laid out one of three ways (emit.py has the details):
 * no reduction in the body: one thread per output element (16-byte vectors when every input is
   read in order), like the plain elementwise kernels;
 * the root is a reduction: a group of threads per output element strides the reduced axis;
@@ -23,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, elementwise, headers, name_code
+from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, elementwise, headers, name_code, store
 from luminal.backends.cuda.kernels.binary import KernelBinary
-from luminal.backends.cuda.kernels.emit import BLOCK, Emitter, c_of, cvar, out_shape
+from luminal.backends.cuda.kernels.emit import BLOCK, Emitter, c_of, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.io import KernelCast
 from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.cuda.kernels.unary import KernelUnary
@@ -88,7 +93,8 @@ class KernelFused(KernelOp):
         return frozenset().union(*(n.op.dim_names() for n in self.nodes()))
 
     def reference(self, ins, in_dtypes, env):
-        return fexpr.evaluate(self.root, self.args, ins, tuple(in_dtypes), env)
+        return fexpr.evaluate(self.root, self.args, ins, tuple(in_dtypes), env, hold=wide,
+                              exact=lambda op: op.exact_operands)  # fmt: skip
 
     def input_views(self):
         raise BackendError("KernelFused reads an input through several views: use input_reads()")
@@ -108,7 +114,7 @@ class KernelFused(KernelOp):
         if not any(isinstance(n.op, KernelReduce) for n in self.nodes()):
             em = Emitter(in_dts, 1, coords=False)
             name, _, _ = em.value(root, cvar("i"))
-            body = "".join(f"      {ln}\n" for ln in em.root.lines) + f"      out[i] = {name};"
+            body = "".join(f"      {ln}\n" for ln in em.root.lines) + f"      out[i] = {store(odt, name)};"
             return elementwise(self.prefix, odt, list(in_dts), self.out_size(), body, decls, hdrs,
                                vector=em.flat_loads and not em.uses_pos)  # fmt: skip
         return self._rows(root, in_dts, odt, decls, hdrs)
@@ -122,22 +128,29 @@ class KernelFused(KernelOp):
         loops = ([] if ncol is None else [ncol]) + [n.op.iters for n in self.nodes() if isinstance(n.op, KernelReduce)]
         g = group_size(loops)
         rpb = BLOCK // g
-        em = Emitter(in_dts, g, coords=True)
         row = cvar("row")
         rvars = tuple(cvar(f"y{j}") for j in range(len(row_shape)))
         head = []
         for j, (d, st) in enumerate(zip(row_shape, contiguous_strides(tuple(row_shape)), strict=True)):
             q = row // st.substitute("z", num(1))
             head.append(f"  const long long y{j} = {c_of(q if j == 0 else q % d)};")
-        if ncol is None:
-            name, _, _ = em.value(root, rvars)
-            tail = [f"  if (lane == 0) out[row] = {name};"]
-        else:
-            main = em.open(em.root, "col")
-            name, _, _ = em.value(root, (*rvars, cvar("col")))
-            tail = [f"  const long long ncol = {c_of(ncol)};", "#pragma unroll 4",
-                    f"  for (long long col = lane; col < ncol; col += {g}) {{", *(f"    {ln}" for ln in main.lines),
-                    f"    out[row * ncol + col] = {name};", "  }"]  # fmt: skip
+
+        def emit(first: list | None) -> tuple[Emitter, list[str]]:
+            em = Emitter(in_dts, g, coords=True, strict=first is not None)
+            for node, pos in first or ():  # row-level reductions before any loop that reads them
+                em.value(node, pos)
+            if ncol is None:
+                name, _, _ = em.value(root, rvars)
+                return em, [f"  if (lane == 0) out[row] = {store(odt, name)};"]
+            cols = em.row_loop(ncol)  # the row's columns: one more row loop, storing the root's value
+            name, _, _ = em.value(root, (*rvars, cvar(cols.var)))
+            put = [f"out[row * ncol + {cols.var}] = {store(odt, name)};"]
+            return em, [
+                f"  const long long ncol = {c_of(ncol)};",
+                *(f"  {ln}" for ln in em.close_loop(cols, ncol, put)),
+            ]
+
+        em, tail = emit(emit(None)[0].coop)  # a first pass finds the row-level reductions and their order
         params = "".join(f", const {d.cuda}* __restrict__ in{k}" for k, d in enumerate(in_dts))
         code = (f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({odt.cuda}* __restrict__ out{params}, '
                 f"const long long* __restrict__ dims) {{\n{decls}"
@@ -145,7 +158,8 @@ class KernelFused(KernelOp):
                 f"  const long long row = (long long)blockIdx.x * {rpb} + threadIdx.x / {g};\n"
                 f"  const int lane = threadIdx.x % {g};\n"
                 "  if (row >= rows) return;  // uniform per row group\n"
-                + "".join(f"{ln}\n" for ln in (*head, *(f"  {x}" for x in em.root.lines), *tail)) + "}\n")  # fmt: skip
+                + "".join(f"{ln}\n" for ln in (*head, *(f"  {x}" for x in (*em.decls, *em.root.lines)), *tail))
+                + "}\n")  # fmt: skip
         name, code = name_code(self.prefix, code)
         return Kernel(code, (Launch(name, ceil_div(prod(row_shape), num(rpb)), BLOCK),), hdrs)
 

@@ -45,7 +45,7 @@ class KernelIota(KernelOp):
     def input_views(self):
         return ()
 
-    def inline(self, out: str, args: list[str], pos: str) -> str:
+    def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
         """C setting `out` to the value at flat position `pos` (a C expression)."""
         return f"{out} = (int)({self.expr.to_c(lambda v: pos if v == 'z' else f'd_{v}')});"
 
@@ -74,7 +74,7 @@ class KernelConstant(KernelOp):
     def input_views(self):
         return ()
 
-    def inline(self, out: str, args: list[str], pos: str) -> str:
+    def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
         return f"{out} = {f32_literal(self.value)};"
 
     def render(self, slots) -> Kernel:
@@ -115,14 +115,22 @@ class KernelCast(KernelOp):
     dtype: DType
     in_dtype: DType
     n_inputs: ClassVar[int] = 1
+    exact_operands: ClassVar[bool] = True
     hlir_class: ClassVar[type] = Cast
     prefix: ClassVar[str] = "cast"
 
     def input_views(self):
         return ((self.shape, self.strides),)
 
-    def inline(self, out: str, args: list[str], pos: str) -> str:
-        pre, val = convert(self.in_dtype, self.dtype, args[0])
+    def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
+        """The conversion of `args[0]`. With `wide` the operand and the result are compute-type
+        registers: the operand is first rounded to its dtype (a cast converts the dtype's value),
+        and a 16/8-bit float result is held in f32 again."""
+        src, dst = self.in_dtype, self.dtype
+        x = store(src, args[0]) if wide else args[0]
+        pre, val = convert(src, dst, x)
+        if wide:
+            val = load(dst, val)
         return f"{{ {pre.strip()} {out} = {val}; }}" if pre else f"{out} = {val};"
 
     def render(self, slots) -> Kernel:

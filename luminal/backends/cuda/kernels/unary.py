@@ -18,8 +18,8 @@ from luminal.backends.cuda.kernel import (
     elementwise,
     headers,
     index_c,
-    load,
-    store,
+    operand,
+    result,
 )
 from luminal.dtype import DType
 from luminal.errors import BackendError
@@ -40,13 +40,14 @@ class KernelUnary(KernelOp):
     def input_views(self):
         return ((self.shape, self.strides),)
 
-    def inline(self, out: str, args: list[str], pos: str) -> str:
-        """C statements setting `out` (of the result's storage type) from the stored operand `args[0]`."""
+    def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
+        """C statements setting `out` from the operand `args[0]`: stored values (the result rounded
+        into the dtype), or with `wide` compute-type registers in and out (kernel.py operand/result)."""
         dt = self.dtype
         if not dt.is_float:
             raise BackendError(f"{type(self).__name__} on {dt}: unary kernels are float-only (cast first)")
         fn = (self.f64 if dt == DType.f64 else self.f32).format(x="v")
-        return f"{{ const {compute_type(dt)} v = {load(dt, args[0])}; {out} = {store(dt, fn)}; }}"
+        return f"{{ const {compute_type(dt)} v = {operand(dt, args[0], wide)}; {out} = {result(dt, fn, wide)}; }}"
 
     def render(self, slots) -> Kernel:
         dt = self.dtype
