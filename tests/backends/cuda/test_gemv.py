@@ -20,9 +20,10 @@ from luminal.shape.expr import num, var
 from tests.helpers import assert_matches
 
 DTYPES = (DType.f32, DType.f16, DType.bf16)
-# (n, k, ld): symbolic n with a partial last block, whole batches plus a guarded tail for every
-# preset (k / vector >= 800 > the largest batch, 512 vectors), a row stride past k; a tiny one.
-CASES = ((37, 3200, 3216), (1, 16, 16))
+# (n, k, ld): symbolic n with a partial last block, whole batches plus a guarded last one for every
+# preset (k = 8200 is 1025 bf16 / 2050 f32 vectors; the largest batch is 512), a row stride past k;
+# and a row shorter than one batch.
+CASES = ((37, 8200, 8216), (1, 16, 16))
 
 
 def _inputs(dt: DType, n: int, k: int, ld: int):
@@ -181,19 +182,22 @@ def test_every_variant_computes_the_gemv_on_gpu(dt):
     from luminal.backends.cuda import driver
 
     dev = driver.device()
-    for name, v in VARIANTS.items():
-        for n, k, ld in (*CASES, (4097, 4096, 4096)):
-            kern = _op(dt, k, ld).render({"n": 0}, v)
-            (ln,) = kern.launches
-            func = driver.Module(nvrtc.compile_cubin(source([kern]))).function(ln.name)
-            x, w, want = _inputs(dt, n, k, ld)
-            bufs = [driver.DeviceBuffer(a.nbytes) for a in (x, w, np.array([n], np.int64))]
-            for b, a in zip(bufs, (x, w, np.array([n], np.int64)), strict=True):
-                driver.htod(b.ptr, a, dev.stream)
-            out = driver.DeviceBuffer(n * dt.itemsize)
-            params = driver.Params([out.ptr, *(b.ptr for b in bufs)])
-            driver.launch(func, int(ln.grid.evaluate({"n": n})), ln.block, ln.shared, params, dev.stream)
-            got = np.empty(n, dt.np)
-            driver.dtoh(got, out.ptr, dev.stream)
-            dev.synchronize()
-            assert_matches(got, want, dt, _tol(dt, k), f"{name} {n}x{k} ld={ld}")
+    cases = (*CASES, (4097, 4096, 4096))
+    rendered = {(name, case): _op(dt, *case[1:]).render({"n": 0}, v) for name, v in VARIANTS.items() for case in cases}
+    module = driver.Module(nvrtc.compile_cubin(source(list(rendered.values()))))
+    for (name, (n, k, ld)), kern in rendered.items():
+        (ln,) = kern.launches
+        x, w, want = _inputs(dt, n, k, ld)
+        host = (x, w, np.array([n], np.int64))
+        bufs = [driver.DeviceBuffer(a.nbytes) for a in host]
+        for b, a in zip(bufs, host, strict=True):
+            driver.htod(b.ptr, a, dev.stream)
+        out = driver.DeviceBuffer(n * dt.itemsize)
+        params = driver.Params([out.ptr, *(b.ptr for b in bufs)])
+        driver.launch(
+            module.function(ln.name), int(ln.grid.evaluate({"n": n})), ln.block, ln.shared, params, dev.stream
+        )
+        got = np.empty(n, dt.np)
+        driver.dtoh(got, out.ptr, dev.stream)
+        dev.synchronize()
+        assert_matches(got, want, dt, _tol(dt, k), f"{name} {n}x{k} ld={ld}")

@@ -2,11 +2,32 @@
 Linear layout), a second alternative to cuBLASLt when m = 1 (gemv.egg, ruleset matmul_backend).
 
 Fields: n (rows of W = outputs, may be a dim), k and ld (W's row stride) as literals, dtype.
-Inputs: (x, W) -- x the contiguous length-k row, W rows of ld elements. One warp per output row
-(8 rows per 256-thread block): lanes stride over the row in 16-byte vectors (8 bf16 / 8 f16 /
-4 f32), read x the same way (it stays in L1/L2), fuse multiply-adds into an f32 accumulator, and
-combine with warp shuffles; lane 0 rounds once at the store. The rule guarantees k and ld are
-multiples of one vector, so there is no tail and every load is aligned (buffers are 256-aligned).
+Inputs: (x, W) -- x the contiguous length-k row, W rows of ld elements. The rule guarantees k and
+ld are multiples of one 16-byte vector (8 bf16 / 8 f16 / 4 f32), so every load is whole and
+aligned (buffers are 256-aligned); f32 accumulation, rounded once at the store.
+
+One generator, one schedule knob: `GemvVariant` (named presets in VARIANTS; `render` uses
+DEFAULT[dtype]; bench/gemv_variants.py times every preset on the GPU). A block holds `warps`
+warps; `split` warps share a group of `rows` rows, lanes stride their slice of the row in 16-byte
+vectors (a warp load is 512 contiguous bytes), and each lane loads a batch of `unroll` W vectors
+per row before it consumes any. x is read once per batch for all `rows` rows, through __ldg or from
+a per-block copy in shared memory (`x_smem`, when k fits in 48 KB). `stream` loads W with
+ld.global.nc.L1::no_allocate.L2::256B so the weight stream does not evict x from L1. `occupancy`
+is the min-blocks-per-SM of __launch_bounds__. Warp shuffles reduce a lane's sums; split-k partials
+meet in shared memory.
+
+Prediction (H200; the bench decides): a decode GEMV is a pure stream, so what counts is W bytes in
+flight per SM. Little's law at 4.25 TB/s and ~0.8-1 us loaded latency asks ~26-32 KB per SM (more,
+to hold the average rather than the peak there). Without an occupancy promise ptxas schedules for
+32-38 registers by interleaving each load with its multiply-adds (read off the SASS), whatever the
+unroll: the old kernel (`w8r1s1u4`) keeps ~1-2 vectors per lane in flight, 0.5-1 KB per warp; at
+n = 2048 (15.5 warps per SM) that is ~12 KB per SM -- the 57-72% measured. With the promise ptxas
+keeps the batch: u4 = 2 KB per warp at 56 registers (4 blocks of 256 per SM), u8 = 4 KB at 80
+(3 blocks). Split-k doubles the warps of the small-n shape at no register cost, so
+`w8r1s2u4-na-o4` (~62 KB per SM on every shape; at n = 2048 its 512 blocks fit in one wave) should
+pass 80% for f32 and for bf16 (same bytes per warp); u8-o2 close behind; rows = 2 and x in shared
+memory within noise. The old bf16 figure (bench/matmul.py) re-read one 32 MB W that mostly stays
+in the 50 MB L2, so expect the bf16 baseline lower here too.
 """
 
 from __future__ import annotations
@@ -22,27 +43,97 @@ from luminal.errors import BackendError
 from luminal.hlir.op import compute_dtype
 from luminal.shape.expr import Expression, ceil_div, num, z
 
-BLOCK = 256
-ROWS_PER_BLOCK = BLOCK // 32
 VECTOR_BYTES = 16
+X_SMEM_MAX = 48 << 10  # static shared memory per block: x is staged only when it fits
+MAX_BATCH_REGS = 128  # 32-bit registers the W and x batches of one lane may hold
 
 # per dtype: elements per 16-byte vector, and C that folds vector pair (wv, xv) into `acc`
 _DOT = {
     DType.bf16: (8, "const __nv_bfloat162* wp = reinterpret_cast<const __nv_bfloat162*>(&wv);\n"
-                    "      const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);\n"
-                    "#pragma unroll\n      for (int q = 0; q < 4; ++q) {\n"
-                    "        const float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);\n"
-                    "        acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc);\n      }"),
+                    "  const __nv_bfloat162* xp = reinterpret_cast<const __nv_bfloat162*>(&xv);\n"
+                    "#pragma unroll\n  for (int q = 0; q < 4; ++q) {\n"
+                    "    const float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);\n"
+                    "    acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc);\n  }"),
     DType.f16: (8, "const __half2* wp = reinterpret_cast<const __half2*>(&wv);\n"
-                   "      const __half2* xp = reinterpret_cast<const __half2*>(&xv);\n"
-                   "#pragma unroll\n      for (int q = 0; q < 4; ++q) {\n"
-                   "        const float2 a = __half22float2(wp[q]), b = __half22float2(xp[q]);\n"
-                   "        acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc);\n      }"),
+                   "  const __half2* xp = reinterpret_cast<const __half2*>(&xv);\n"
+                   "#pragma unroll\n  for (int q = 0; q < 4; ++q) {\n"
+                   "    const float2 a = __half22float2(wp[q]), b = __half22float2(xp[q]);\n"
+                   "    acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc);\n  }"),
     DType.f32: (4, "const float4 a = *reinterpret_cast<const float4*>(&wv);\n"
-                   "      const float4 b = *reinterpret_cast<const float4*>(&xv);\n"
-                   "      acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc); acc = fmaf(a.z, b.z, acc);"
+                   "  const float4 b = *reinterpret_cast<const float4*>(&xv);\n"
+                   "  acc = fmaf(a.x, b.x, acc); acc = fmaf(a.y, b.y, acc); acc = fmaf(a.z, b.z, acc);"
                    " acc = fmaf(a.w, b.w, acc);"),
 }  # fmt: skip
+
+# W through the non-coherent path without allocating in L1, with a 256-byte L2 prefetch (sm_80+)
+_STREAM_LOAD = """__device__ __forceinline__ uint4 KNAME_ldw(const uint4* p) {
+#if __CUDA_ARCH__ >= 800
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+#else
+  return __ldg(p);
+#endif
+}
+"""
+
+
+@dataclass(frozen=True)
+class GemvVariant:
+    """A schedule of the GEMV generator: block shape, work per warp, loads in flight, load paths."""
+
+    warps: int = 8  # warps per block
+    rows: int = 1  # rows per warp group (each x vector is loaded once for all of them)
+    split: int = 1  # warps per row group (split-k: lane slices interleave, partials meet in smem)
+    unroll: int = 4  # W vectors per lane per row loaded before any is consumed (if ptxas keeps it)
+    stream: bool = False  # W via ld.global.nc.L1::no_allocate.L2::256B instead of __ldg
+    x_smem: bool = False  # x staged per block in shared memory (when k fits in X_SMEM_MAX)
+    occupancy: int = 0  # blocks per SM promised to ptxas (__launch_bounds__); 0 = ptxas's choice
+
+    def __post_init__(self):
+        if min(self.warps, self.rows, self.split, self.unroll) < 1 or self.warps * 32 > 1024:
+            raise BackendError(f"GemvVariant {self}: counts must be >= 1 and a block at most 1024 threads")
+        if self.warps % self.split:
+            raise BackendError(f"GemvVariant {self}: split = {self.split} must divide warps = {self.warps}")
+        if 4 * self.unroll * (self.rows + 1) > MAX_BATCH_REGS:
+            raise BackendError(f"GemvVariant {self}: a batch of {self.unroll} x {self.rows + 1} vectors spills")
+
+    @property
+    def block(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.warps // self.split * self.rows
+
+    @property
+    def name(self) -> str:
+        tags = ("-na" if self.stream else "") + ("-xs" if self.x_smem else "")
+        tags += f"-o{self.occupancy}" if self.occupancy else ""
+        return f"w{self.warps}r{self.rows}s{self.split}u{self.unroll}{tags}"
+
+
+# The old schedule first (one warp per row, 8 rows per block, ptxas free to interleave loads and
+# multiply-adds); then the knobs one or two at a time. The occupancy promise is what makes ptxas
+# keep a batch in flight: without it, it schedules for 32 registers and ~1-2 W loads per lane.
+VARIANTS: dict[str, GemvVariant] = {
+    v.name: v
+    for v in (
+        GemvVariant(),
+        GemvVariant(occupancy=4),
+        GemvVariant(unroll=8, occupancy=2),
+        GemvVariant(split=2, occupancy=4),
+        GemvVariant(split=2, stream=True, occupancy=4),
+        GemvVariant(split=4, stream=True, occupancy=4),
+        GemvVariant(split=2, unroll=8, stream=True, occupancy=2),
+        GemvVariant(rows=2, stream=True, occupancy=3),
+        GemvVariant(split=2, stream=True, x_smem=True, occupancy=4),
+        GemvVariant(warps=4, split=2, stream=True, occupancy=8),
+    )
+}
+BASELINE = VARIANTS["w8r1s1u4"]
+DEFAULT: dict[DType, GemvVariant] = {DType.f32: BASELINE, DType.f16: BASELINE, DType.bf16: BASELINE}  # the switch
 
 
 @dataclass(frozen=True)
@@ -74,7 +165,7 @@ class KernelGemv(KernelOp):
         )
         return (w.astype(acc) @ x).astype(self.dtype.np)
 
-    def render(self, slots) -> Kernel:
+    def render(self, slots, variant: GemvVariant | None = None) -> Kernel:
         dt = self.dtype
         if dt not in _DOT:
             raise BackendError(f"KernelGemv on {dt}: only f32, f16 and bf16 have a vectorized GEMV")
@@ -84,32 +175,97 @@ class KernelGemv(KernelOp):
                 raise BackendError(
                     f"KernelGemv: {name} = {e} must be a literal multiple of {per} (the rule guards this)"
                 )
-        t = dt.cuda
-        code = f"""extern "C" __global__ void __launch_bounds__({BLOCK})
+        if self.ld.value < self.k.value:
+            raise BackendError(f"KernelGemv: row stride ld = {self.ld} is shorter than the row k = {self.k}")
+        v = variant or DEFAULT[dt]
+        code = _code(v, dt, dot, dim_decls(self.dim_names(), slots), c_expr(self.n), self.k.value // per, self.ld.value)
+        name, code = name_code(self.prefix, code)
+        return Kernel(code, (Launch(name, ceil_div(self.n, num(v.rows_per_block)), v.block),), headers(dt))
+
+
+def _code(v: GemvVariant, dt: DType, dot: str, decls: str, n: str, kv: int, ld: int) -> str:
+    """CUDA C of one variant: kv 16-byte vectors per row, rows ld elements apart. Per-row state
+    lives in arrays indexed by unrolled constants (registers)."""
+    t, rows, unroll = dt.cuda, v.rows, v.unroll
+    step, batch = 32 * v.split, v.unroll * 32 * v.split  # lane stride, vectors per batch of a row
+    full, tail = kv // batch, kv % batch  # whole batches (every lane in range), then a guarded one
+    x_smem = v.x_smem and kv * VECTOR_BYTES <= X_SMEM_MAX
+    ldw = "KNAME_ldw" if v.stream else "__ldg"
+    ldx = "xs[i]" if x_smem else "__ldg(x + i)"
+    bounds = f"{v.block}, {v.occupancy}" if v.occupancy else f"{v.block}"
+    stage = f"""  __shared__ uint4 xs[{kv}];
+  for (int i = threadIdx.x; i < {kv}; i += {v.block}) xs[i] = __ldg(x + i);
+  __syncthreads();
+"""
+    loop = f"#pragma unroll 1\n    for (int c = 0; c < {full}; ++c) batch(c * {batch} + v0, false);\n" if full else ""
+    loop += f"    batch({full * batch} + v0, true);\n" if tail else ""
+    if v.split == 1:
+        combine = f"""  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < {rows}; ++r)
+      if (row0 + r < n) out[row0 + r] = {store(dt, "acc[r]")};
+"""
+    else:
+        combine = f"""  __shared__ float part[{v.warps * rows}];
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < {rows}; ++r) part[warp * {rows} + r] = acc[r];
+  __syncthreads();
+  if (threadIdx.x < {v.rows_per_block}) {{  // row r of row group g
+    const int g = threadIdx.x / {rows}, r = threadIdx.x % {rows};
+    const long long row = (long long)blockIdx.x * {v.rows_per_block} + threadIdx.x;
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < {v.split}; ++s) sum += part[(g * {v.split} + s) * {rows} + r];
+    if (row < n) out[row] = {store(dt, "sum")};
+  }}
+"""
+    head = _STREAM_LOAD if v.stream else ""
+    return f"""{head}__device__ __forceinline__ float KNAME_dot(const uint4 wv, const uint4 xv, float acc) {{
+  {dot}
+  return acc;
+}}
+extern "C" __global__ void __launch_bounds__({bounds})
 KNAME({t}* __restrict__ out, const {t}* __restrict__ in0, const {t}* __restrict__ in1,
       const long long* __restrict__ dims) {{
-{dim_decls(self.dim_names(), slots)}  const long long n = {c_expr(self.n)};
-  const long long row = (long long)blockIdx.x * {ROWS_PER_BLOCK} + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= n) return;  // uniform per warp
-  const uint4* __restrict__ w = reinterpret_cast<const uint4*>(in1 + row * {self.ld.value}LL);
+{decls}  const long long n = {n};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long row0 = (long long)blockIdx.x * {v.rows_per_block} + (warp / {v.split}) * {rows};
   const uint4* __restrict__ x = reinterpret_cast<const uint4*>(in0);
-  float acc = 0.0f;
-#pragma unroll 4
-  for (int v = lane; v < {self.k.value // per}; v += 32) {{
-    const uint4 wv = __ldg(w + v);
-    const uint4 xv = __ldg(x + v);
-    {{
-      {dot}
-    }}
-  }}
+{stage if x_smem else ""}  float acc[{rows}] = {{}};
+  if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
+    const uint4* __restrict__ w[{rows}];
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  if (lane == 0) out[row] = {store(dt, "acc")};
-}}
+    for (int r = 0; r < {rows}; ++r)
+      w[r] = reinterpret_cast<const uint4*>(in1 + (row0 + r < n ? row0 + r : n - 1) * {ld}LL);
+    const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
+    // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
+    auto batch = [&](const int base, const bool guard) {{
+      uint4 xv[{unroll}], wv[{rows}][{unroll}];
+#pragma unroll
+      for (int j = 0; j < {unroll}; ++j)
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) {{
+          const int i = base + j * {step};
+          wv[r][j] = !guard || i < {kv} ? {ldw}(w[r] + i) : make_uint4(0u, 0u, 0u, 0u);
+        }}
+#pragma unroll
+      for (int j = 0; j < {unroll}; ++j) {{
+        const int i = base + j * {step};
+        xv[j] = !guard || i < {kv} ? {ldx} : make_uint4(0u, 0u, 0u, 0u);
+      }}
+#pragma unroll
+      for (int j = 0; j < {unroll}; ++j)
+#pragma unroll
+        for (int r = 0; r < {rows}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
+    }};
+{loop}  }}
+#pragma unroll
+  for (int r = 0; r < {rows}; ++r)
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+{combine}}}
 """
-        name, code = name_code(self.prefix, code)
-        return Kernel(code, (Launch(name, ceil_div(self.n, num(ROWS_PER_BLOCK)), BLOCK),), headers(dt))
 
 
 GEMV_KERNELS = (KernelGemv,)
