@@ -18,6 +18,9 @@ if [ "${1:-}" != "nobench" ]; then
   echo "== bench/matmul.py" | tee -a "$OUT/summary.txt"
   timeout 240 python3 bench/matmul.py --json "$OUT/matmul_bench.json" 2>&1 | tee "$OUT/matmul_bench.log" | tail -25
   rc=$((rc | ${PIPESTATUS[0]})); tail -22 "$OUT/matmul_bench.log" >> "$OUT/summary.txt"
+  echo "== bench/gemv_variants.py" | tee -a "$OUT/summary.txt"
+  timeout 200 python3 bench/gemv_variants.py --json "$OUT/gemv.json" 2>&1 | tee "$OUT/gemv.log" | tail -4
+  rc=$((rc | ${PIPESTATUS[0]})); tail -3 "$OUT/gemv.log" >> "$OUT/summary.txt"
 fi
 cat "$OUT/summary.txt"
 exit $rc
