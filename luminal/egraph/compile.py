@@ -90,6 +90,12 @@ class BucketExecutor:
         raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")
 
 
+def preference(backend: Backend) -> tuple[str, ...]:
+    """The nodes the search's first candidate takes wherever the e-graph has them, earlier ones
+    first: a backend lists its ops in preference order; fused bodies compute inline (FOp) where they can."""
+    return ("FOp", *(c.__name__ for c in backend.ops))
+
+
 class _Compilation:
     """The state one `compile` shares across its buckets: backend, ops, prelude, cache, stats."""
 
@@ -98,9 +104,7 @@ class _Compilation:
         self.registry = OpRegistry((*HLIR_OPS, *backend.ops))
         self.op_classes = {n: sp.cls for n, sp in self.registry.specs.items()}
         self.runnable = {c.__name__ for c in (*backend.hlir_ops, *backend.ops)}
-        # the search's first candidate takes these wherever the e-graph has them, earlier ones first: a
-        # backend lists its ops in preference order; fused bodies compute inline (FOp) where they can
-        self.prefer = ("FOp", *(c.__name__ for c in backend.ops))
+        self.prefer = preference(backend)
         self.cache = CompileCache(flags.cache_dir() if opts.cache else None)
         self.dump = flags.dump_dir()
         self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,

@@ -19,8 +19,8 @@ import numpy as np
 
 from luminal.dtype import DType
 from luminal.hlir.fexpr import FArgs  # noqa: F401 (a field type field_sorts resolves)
-from luminal.shape.expr import ZERO, Expression, z
-from luminal.shape.tracker import ShapeTracker
+from luminal.shape.expr import Expression
+from luminal.shape.tracker import ShapeTracker, linear_step
 
 EList = tuple[Expression, ...]
 Env = Mapping[str, int]
@@ -92,13 +92,8 @@ def view(buf: np.ndarray, dims: EList, strides: EList, env: Env) -> np.ndarray:
 @functools.lru_cache(maxsize=65536)
 def _linear_steps(dims: EList, strides: EList) -> tuple[Expression, ...] | None:
     """Per-axis element steps when every stride is c * z (c free of z) or 0, else None."""
-    out = []
-    for st in strides:
-        c = st.substitute("z", 1) - st.substitute("z", 0)
-        if st.substitute("z", 0) is not ZERO or st is not c * z or "z" in c.vars():
-            return None
-        out.append(c)
-    return tuple(out)
+    out = tuple(linear_step(st) for st in strides)
+    return None if any(c is None for c in out) else out  # type: ignore[return-value]
 
 
 def compute_dtype(dt: DType) -> np.dtype:

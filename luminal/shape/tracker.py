@@ -19,6 +19,14 @@ from luminal.shape.expr import ONE, ZERO, Expression, ExprLike, expr, prod, z
 MAX_RANK = 10
 
 
+def linear_step(st: Expression) -> Expression | None:
+    """c when the stride is c * z with c free of z (0 included), else None (z % n, z // n ...)."""
+    c = st.substitute("z", 1) - st.substitute("z", 0)
+    if st.substitute("z", 0) is not ZERO or st is not c * z or "z" in c.vars():
+        return None
+    return c
+
+
 def contiguous_strides(dims: tuple[Expression, ...]) -> tuple[Expression, ...]:
     out = []
     acc: Expression = ONE

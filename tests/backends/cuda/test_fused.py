@@ -18,7 +18,7 @@ from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.backend import CudaBackend
 from luminal.backends.cuda.kernel import KernelOp, source
 from luminal.backends.cuda.kernels import KernelFused
-from luminal.egraph.compile import CompileOptions, build_egraph, compile_plans
+from luminal.egraph.compile import CompileOptions, build_egraph, compile_plans, preference
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.search import sample_genomes
 from luminal.hlir import HLIR_OPS
@@ -155,9 +155,7 @@ def test_every_sampled_extraction_agrees_on_the_gpu(name):
     want = g.compile("reference", cache=False).run(feed)["y"]
     rng = random.Random(0)
     seen = set()
-    for gen in [view.preferred_genome(("FOp", *(c.__name__ for c in backend.ops)))] + [
-        view.random_genome(rng) for _ in range(10)
-    ]:
+    for gen in [view.preferred_genome(preference(backend))] + [view.random_genome(rng) for _ in range(10)]:
         llir = view.extract(view.repair(gen))
         if llir.fingerprint() in seen:
             continue

@@ -216,7 +216,7 @@ def _attention(dt):
 @pytest.mark.parametrize("bounds", [None, {"s": (1, 1)}], ids=["any-s", "decode"])
 def test_all_extractions_agree(build, dt, bounds):
     from luminal.backends.cuda.backend import CudaBackend
-    from luminal.egraph.compile import build_egraph
+    from luminal.egraph.compile import build_egraph, preference
 
     g = build(dt)
     backend = CudaBackend()
@@ -228,7 +228,7 @@ def test_all_extractions_agree(build, dt, bounds):
     want = g.compile("reference", cache=False).run(feed)["y"]
     r = random.Random(1)
     seen = set()
-    for gen in [view.grounded_genome(), view.preferred_genome({c.__name__ for c in backend.ops})] + [
+    for gen in [view.grounded_genome(), view.preferred_genome(preference(backend))] + [
         view.random_genome(r) for _ in range(12)
     ]:
         llir = view.extract(view.repair(gen))

@@ -37,7 +37,7 @@ from luminal.errors import BackendError
 from luminal.hlir.fexpr import FExpr, FLeaf, FNode
 from luminal.hlir.op import EList, Op
 from luminal.shape.expr import ONE, ZERO, Expression, Z, z
-from luminal.shape.tracker import ShapeTracker, contiguous_strides
+from luminal.shape.tracker import ShapeTracker, contiguous_strides, linear_step
 
 BLOCK = EW_BLOCK
 Position = Expression | tuple  # flat index, or coordinates
@@ -68,14 +68,6 @@ def out_shape(op: Op) -> EList:
     return shape
 
 
-def _linear(st: Expression) -> Expression | None:
-    """c when the stride is c * z (c free of z; 0 included), else None."""
-    c = st.substitute(Z, 1) - st.substitute(Z, 0)
-    if st.substitute(Z, 0) is not ZERO or st is not c * z or Z in c.vars():
-        return None
-    return c
-
-
 def merged_view(shape: EList, strides: EList) -> tuple[EList, EList]:
     """The same view with size-1 axes dropped and adjacent linear axes merged (fewer div/mods)."""
     out_sh: list[Expression] = []
@@ -84,7 +76,7 @@ def merged_view(shape: EList, strides: EList) -> tuple[EList, EList]:
         if d is ONE:
             continue
         if out_sh:
-            c_in, c_out = _linear(st), _linear(out_st[-1])
+            c_in, c_out = linear_step(st), linear_step(out_st[-1])
             if c_in is not None and c_out is not None and c_out is c_in * d:
                 out_sh[-1] = out_sh[-1] * d
                 out_st[-1] = c_in * z
@@ -111,10 +103,10 @@ def coord_read(pos: tuple, view: tuple[EList, EList]) -> Expression:
 def unravel(phys: Expression, pos: tuple, view: tuple[EList, EList], shape: EList) -> tuple:
     """Coordinates in a row-major buffer of `shape` of the index the view reads at `pos`: axis to
     axis when the view permutes / broadcasts / drops axes of the buffer, else by div/mod."""
-    rm = [_linear(s) for s in contiguous_strides(shape)]
+    rm = [linear_step(s) for s in contiguous_strides(shape)]
     used: dict[int, Expression] = {}
     for x, d, st in zip(pos, *view, strict=True):
-        c = _linear(st)
+        c = linear_step(st)
         if d is ONE or c is ZERO:
             continue
         m = next((m for m in range(len(shape)) if m not in used and rm[m] is c and shape[m] is d), None)
