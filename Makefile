@@ -19,8 +19,8 @@ test: $(VENV_STAMP)
 	$(PY) -m pytest tests -n 2 -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 lint: $(VENV_STAMP)
-	$(PY) -m ruff check luminal models tests
-	$(PY) -m ruff format --check luminal models tests
+	$(PY) -m ruff check luminal tests bench
+	$(PY) -m ruff format --check luminal tests
 
 bench-compile: $(VENV_STAMP)
 	$(PY) bench/compile.py

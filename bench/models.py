@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from models import gemma, llama, qwen  # noqa: E402
-from models.common import Sampler, load_random_preset  # noqa: E402
+from luminal.models import gemma, llama, qwen  # noqa: E402
+from luminal.models.common import load_random_preset  # noqa: E402
+from luminal.models.engine import Sampler  # noqa: E402
 
 PRESETS = {**{k: (llama, v) for k, v in llama.CONFIGS.items()}, **{k: (qwen, v) for k, v in qwen.CONFIGS.items()},
            **{k: (gemma, v) for k, v in gemma.CONFIGS.items()}}  # fmt: skip

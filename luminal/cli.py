@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         from luminal.demo import main as demo
 
         return demo(["--backend", args.backend])
-    mod = importlib.import_module(f"models.{args.model}")
+    mod = importlib.import_module(f"luminal.models.{args.model}")
     return int(mod.main(args.rest) or 0)
 
 

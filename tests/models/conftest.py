@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.checkpoint import Safetensors
+from luminal.models.checkpoint import Safetensors
 
 GOLDENS = Path(__file__).parent / "goldens"
 RTOL, ATOL = 1e-4, 1e-4  # f32 model outputs after ~20 ops per layer (docs/numerics.md, "Models")

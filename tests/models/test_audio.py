@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from luminal.errors import InputError
-from models.audio import log_mel, mel_filters, read_wav
+from luminal.models.audio import log_mel, mel_filters, read_wav
 
 
 def test_mel_filters_match_whisper_mel_filters_npz():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from models import gemma, llama, qwen, whisper
-from models.checkpoint import (
+from luminal.models import gemma, llama, qwen, whisper
+from luminal.models.checkpoint import (
     CheckpointError,
     MissingWeightError,
     Safetensors,

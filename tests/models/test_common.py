@@ -5,8 +5,9 @@ import io
 import numpy as np
 import pytest
 
-from models import llama
-from models.common import Sampler, Stats, TextStream, load_random_preset, random_weights
+from luminal.models import llama
+from luminal.models.common import TextStream, load_random_preset, random_weights
+from luminal.models.engine import Sampler, Stats
 from tests.models.conftest import GOLDENS
 
 
@@ -97,7 +98,7 @@ def test_cli_runs_a_checkpoint(capsys):
 def test_progress_bars_only_on_a_terminal(monkeypatch):
     import sys
 
-    from models.common import progress
+    from luminal.models.engine import progress
 
     items = [1, 2, 3]
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from models import gemma
+from luminal.models import gemma
 from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
 
 
@@ -30,7 +30,7 @@ def test_gemma3_multimodal_checkpoint_loads_its_text_tower(copy_golden):
 
     import numpy as np
 
-    from models.checkpoint import Safetensors
+    from luminal.models.checkpoint import Safetensors
     from tests.models.conftest import assert_close, golden
     from tests.models.test_checkpoint import _write_safetensors
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models import llama
+from luminal.models import llama
 from tests.models.conftest import GOLDENS
 from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
 

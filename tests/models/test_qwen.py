@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from models import qwen
+from luminal.models import qwen
 from tests.models.decoder_checks import check_cache_equals_recompute, check_golden
 
 

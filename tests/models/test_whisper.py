@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import whisper
-from models.audio import read_wav
+from luminal.models import whisper
+from luminal.models.audio import read_wav
 from tests.models.conftest import GOLDENS, assert_close, golden
 
 
@@ -59,7 +59,7 @@ def test_whisper_tiny_en_transcribes_jfk():
 
 
 def test_transcribe_without_tokenizer_is_a_clear_error():
-    from models.checkpoint import CheckpointError
+    from luminal.models.checkpoint import CheckpointError
 
     model = whisper.load(GOLDENS / "whisper", backend="reference")
     with pytest.raises(CheckpointError, match="tokenizer.json"):

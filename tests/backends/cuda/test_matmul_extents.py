@@ -25,7 +25,7 @@ from luminal.backends.cuda.host.cublaslt import CublasLt
 from luminal.backends.cuda.kernel import KernelOp
 from luminal.egraph.compile import build_egraph
 from luminal.hlir import Input
-from models import llama
+from luminal.models import llama
 from tests.backends.cuda import fake_driver
 from tests.backends.cuda.test_matmul_rules import LIBRARY, MatmulCpuBackend
 

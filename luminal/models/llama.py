@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import luminal as lm
 from luminal import nn
+from luminal.models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 from luminal.nn.rope import RopeConfig, inv_freq, rope_config
 from luminal.shape.expr import dim
-from models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 
 
 @dataclass(frozen=True)

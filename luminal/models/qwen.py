@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from luminal.models import llama
+from luminal.models.common import CausalLM, lm_main, load_hf, load_random_preset
 from luminal.nn.rope import RopeConfig
-from models import llama
-from models.common import CausalLM, lm_main, load_hf, load_random_preset
 
 
 class Config(llama.Config):
@@ -18,7 +18,7 @@ class Config(llama.Config):
         cfg = llama.Config.from_hf(c)
         arch = (c.get("architectures") or [""])[0]
         if c.get("use_sliding_window"):
-            from models.checkpoint import UnsupportedModelError
+            from luminal.models.checkpoint import UnsupportedModelError
 
             raise UnsupportedModelError("Qwen with use_sliding_window=true is not supported")
         if arch.startswith("Qwen3"):
