@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from luminal.errors import BackendError, InputError
+from luminal.dtype import to_dtype
+from luminal.errors import BackendError, DTypeError, InputError
 from luminal.graph import Graph
 from luminal.shape.expr import Expression
 
@@ -46,7 +47,7 @@ class CompiledModel:
     def run(self, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
         """Run once. Persistent inputs given once stay bound; dims are inferred from input shapes."""
         feed = self._check_inputs(inputs)
-        env = self._infer_dims(feed, dims or {})
+        env = self._infer_dims(feed, {} if dims is None else dims)
         t0 = time.perf_counter()
         outs = self._executor.run(feed, env)
         self.stats["time_last_run_s"] = time.perf_counter() - t0
@@ -73,6 +74,11 @@ class CompiledModel:
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(inputs, Mapping):
             raise InputError(f"run() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
+        bad_keys = [k for k in inputs if not isinstance(k, str)]
+        if bad_keys:
+            raise InputError(
+                f"input names are strings; got the key(s) {bad_keys!r}. This model's inputs are {sorted(self._inputs)}"
+            )
         extra = set(inputs) - set(self._inputs)
         if extra:
             raise InputError(f"unknown inputs {sorted(extra)}; this model's inputs are {sorted(self._inputs)}")
@@ -83,9 +89,13 @@ class CompiledModel:
                 if not isinstance(arr, np.ndarray):
                     raise InputError(f"input {name!r}: expected a numpy array of {dt}, got {type(arr).__name__}")
                 if arr.dtype != dt.np:
+                    try:  # name the array's dtype in luminal's spelling: that is what a declaration would take
+                        have = f" or declare the input with dtype={to_dtype(arr.dtype).value!r}"
+                    except DTypeError:
+                        have = ""
                     raise InputError(
                         f"input {name!r}: dtype {arr.dtype} but the graph declares {dt} "
-                        f"(convert with arr.astype({dt.np.name!r}) or declare the input with dtype={dt.value!r})"
+                        f"(convert with arr.astype({dt.np.name!r}){have})"
                     )
                 if arr.ndim != len(shape):
                     raise InputError(f"input {name!r}: rank {arr.ndim} array for declared shape {list(shape)}")
@@ -100,9 +110,13 @@ class CompiledModel:
         return feed
 
     def _infer_dims(self, feed: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> dict[str, int]:
+        if not isinstance(dims, Mapping):
+            raise InputError(f"dims must be a dict of dim name -> int (dims={{'s': 3}}), got {type(dims).__name__}")
         env: dict[str, int] = {}
         for k, v in dims.items():
-            if not isinstance(v, (int, np.integer)) or v < 0:
+            if not isinstance(k, str):
+                raise InputError(f"dims: dim names are strings, got the key {k!r} ({type(k).__name__})")
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 0:
                 raise InputError(f"dims[{k!r}] = {v!r}: dims must be non-negative ints")
             env[k] = int(v)
         for name, arr in feed.items():

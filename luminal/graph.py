@@ -138,6 +138,8 @@ class Graph:
         return self.full(shape, 1, dtype)
 
     def mark_output(self, t: GraphTensor, name: str | None) -> GraphTensor:
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InputError(f"output(name): the name must be a non-empty string or None, got {name!r}")
         name = name if name is not None else f"out{len(self.outputs)}"
         if name in self.outputs:
             raise InputError(f"an output named {name!r} already exists in this graph")

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from luminal import flags
 from luminal.backends.base import Backend, Executor
 from luminal.egraph import program as prog
@@ -50,29 +52,66 @@ class CompileOptions:
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
+        """Check every option's type and range (CompileError naming the option); `None` for buckets
+        or profile_dims means none. Bucket ranges are checked against the graph in `bucket_bounds`."""
         known = set(CompileOptions.__dataclass_fields__)
         bad = set(options) - known
         if bad:
             raise CompileError(f"unknown compile option(s) {sorted(bad)}; known: {sorted(known)}")
-        return CompileOptions(**options)  # type: ignore[arg-type]
+        opts = dict(options)
+        for name, lo in (("seed", None), ("search_budget", 1), ("population", 1)):
+            if name in opts:
+                v = opts[name]
+                if not _is_int(v) or (lo is not None and v < lo):
+                    need = "an int" if lo is None else f"an int >= {lo}"
+                    raise CompileError(f"compile option {name}={v!r}: {name} must be {need}")
+                opts[name] = int(v)
+        if "search_time_s" in opts:
+            v = opts["search_time_s"]
+            if not (_is_int(v) or isinstance(v, float)) or not v >= 0:  # `not >=` also rejects NaN
+                raise CompileError(f"compile option search_time_s={v!r}: give a number of seconds >= 0")
+            opts["search_time_s"] = float(v)
+        if "cache" in opts and not isinstance(opts["cache"], bool):
+            raise CompileError(f"compile option cache={opts['cache']!r}: give True or False")
+        for name in ("buckets", "profile_dims"):
+            if name in opts and opts[name] is None:
+                opts[name] = {}
+            elif name in opts and not isinstance(opts[name], Mapping):
+                example = "{'s': [(1, 1), (2, 512)]}" if name == "buckets" else "{'s': 128}"
+                raise CompileError(
+                    f"compile option {name}={opts[name]!r}: give a dict keyed by dim name, like {name}={example}"
+                )
+        for d, v in opts.get("profile_dims", {}).items():
+            if not isinstance(d, str) or not _is_int(v) or v < 0:
+                raise CompileError(f"compile option profile_dims[{d!r}] = {v!r}: give dim name -> int >= 0")
+        return CompileOptions(**opts)  # type: ignore[arg-type]
 
     def search(self) -> SearchOptions:
         return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population)
 
 
 def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
+    """Every combination of the bucketed dims' (low, high) ranges (CompileError for a malformed spec)."""
+    if not isinstance(buckets, Mapping):
+        raise CompileError(f"buckets={buckets!r}: give a dict of dim name -> list of (low, high) ranges")
     dims = graph.dims()
     for d, ranges in buckets.items():
-        if d not in dims:
+        if not isinstance(d, str) or d not in dims:
             raise CompileError(f"buckets name dim {d!r}, which the graph does not use (its dims: {sorted(dims)})")
+        if not isinstance(ranges, (list, tuple)):
+            raise CompileError(f"buckets[{d!r}] = {ranges!r}: give a list of (low, high) ranges: [(1, 1), (2, 512)]")
         if not ranges:
             raise CompileError(f"buckets[{d!r}] is empty")
         for r in ranges:
-            if len(r) != 2 or not (0 <= int(r[0]) <= int(r[1])):
-                raise CompileError(f"buckets[{d!r}]: {r!r} is not a (low, high) range with 0 <= low <= high")
+            if not (isinstance(r, (list, tuple)) and len(r) == 2 and all(_is_int(x) for x in r) and 0 <= r[0] <= r[1]):
+                raise CompileError(f"buckets[{d!r}]: {r!r} is not a (low, high) range of ints with 0 <= low <= high")
     names = sorted(buckets)
     combos = itertools.product(*[[(int(a), int(b)) for a, b in buckets[d]] for d in names])
     return [dict(zip(names, c, strict=True)) for c in combos] or [{}]
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 class BucketExecutor:
