@@ -27,6 +27,9 @@ class GraphTensor:
 
     # `==` stays identity so tensors can be dict keys; use .eq()/.ne() for elementwise equality.
     __hash__ = object.__hash__
+    # numpy must not treat a tensor as a sequence (`np.float32(2) * x` would iterate it): with this,
+    # numpy's operators return NotImplemented and Python calls the tensor's reflected operator (torch does the same).
+    __array_ufunc__ = None
 
     @property
     def shape(self) -> tuple[Expression, ...]:

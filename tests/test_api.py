@@ -103,6 +103,24 @@ def test_python_scalars_either_side():
     np.testing.assert_allclose(out["f"], np.fmod(3, v))
 
 
+def test_numpy_scalars_either_side():
+    """numpy scalars on the left defer to the tensor's reflected operator (numpy must not iterate the tensor)."""
+    g = lm.Graph()
+    x = g.tensor("x", (3,))
+    outs = {"mul": np.float32(2.0) * x, "add": np.float64(1.5) + x, "sub": np.int64(3) - x, "div": np.float32(2) / x,
+            "lt": np.float32(1.5) < x, "pow": x ** np.int32(2), "rmul": x * np.float32(3)}  # fmt: skip
+    for name, t in outs.items():
+        assert isinstance(t, lm.GraphTensor), name
+        t.output(name)
+    v = np.array([1, 2, 4], np.float32)
+    out = g.compile("reference").run({"x": v})
+    for name, want in {"mul": 2 * v, "add": 1.5 + v, "sub": 3 - v, "div": 2 / v, "pow": v**2, "rmul": v * 3}.items():
+        np.testing.assert_allclose(out[name], want, rtol=2e-6, err_msg=name)
+    assert out["lt"].tolist() == [False, True, True]
+    with pytest.raises(lm.DTypeError, match="ndarray"):  # an array operand is not a scalar: a clear error
+        _ = np.ones(3, np.float32) * x
+
+
 def test_persistent_inputs_stay_bound_and_can_be_replaced():
     g = lm.Graph()
     x = g.tensor("x", (2,))
