@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import luminal as lm
 from luminal.graph import Graph
+from luminal.nn.check import block_name, expect
 from luminal.nn.linear import Linear
 from luminal.nn.norm import RMSNorm
 from luminal.shape.expr import ZERO, Expression, ge, lt, z
@@ -36,6 +37,9 @@ class KVCache:
 
     def update(self, g: Graph, k: GraphTensor, v: GraphTensor, past: Expression) -> tuple[GraphTensor, GraphTensor]:
         """k, v: (n_kv, s, hd) new rows. Returns the caches' first p+s rows: (n_kv, p+s, hd) each."""
+        for t in (k, v):
+            expect(t, f"KVCache {self.name!r}", f"new rows (n_kv={self.n_kv}, s, head_dim={self.head_dim})", 3,
+                   {0: self.n_kv, 2: self.head_dim})  # fmt: skip
         k_cache, v_cache = self.state(g)
         new = k.shape[1]
         rows = g.iota(past + z, (new,))  # (s,) positions p .. p+s-1
@@ -59,6 +63,9 @@ def causal_mask(
 def attend(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None, scale: float) -> GraphTensor:
     """Scaled dot-product attention with GQA broadcasting, softmax in f32.
     q: (n_kv, groups, s, hd); k, v: (n_kv, t, hd); mask: (s, t) bool. Returns (n_kv, groups, s, hd)."""
+    expect(q, "attend", "q as (n_kv, groups, s, head_dim)", 4)
+    for t in (k, v):
+        expect(t, "attend", f"k and v as (n_kv={q.shape[0]}, t, head_dim)", 3, {0: q.shape[0]})
     k, v = k.unsqueeze(1), v.unsqueeze(1)  # (n_kv, 1, t, hd)
     scores = (q @ k.transpose(-1, -2)).cast(lm.f32) * scale  # (n_kv, groups, s, t)
     if mask is not None:
@@ -91,6 +98,8 @@ class Attention:
             self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset)
 
     def __call__(self, x: GraphTensor, rope=None, past: Expression = ZERO) -> GraphTensor:
+        dim = self.q.d_in
+        expect(x, block_name("Attention", self.q.weight).replace(".q_proj", ""), f"(s, dim={dim}) rows", 2, {1: dim})
         g, s = x.graph, x.shape[0]
         groups = self.n_heads // self.n_kv
         q = self.q(x).reshape(s, self.n_heads, self.head_dim)  # (s, n_heads, hd)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import luminal as lm
 from luminal.graph import Graph
+from luminal.nn.check import block_name, expect
 from luminal.tensor import GraphTensor
 
 
@@ -23,6 +24,7 @@ class Linear:
         self.bias = weight(g, f"{name}.bias", (d_out,), dtype) if bias else None
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
+        expect(x, block_name("Linear", self.weight), f"(..., d_in={self.d_in})", None, {-1: self.d_in})
         y = x @ self.weight.T  # (..., d_out)
         return y + self.bias if self.bias is not None else y
 
@@ -38,4 +40,5 @@ class Embedding:
         return self.weight.gather(ids, axis=0)  # (*ids.shape, dim)
 
     def attend(self, x: GraphTensor) -> GraphTensor:
+        expect(x, block_name("Embedding.attend", self.weight), f"(..., dim={self.dim})", None, {-1: self.dim})
         return x @ self.weight.T  # (..., vocab)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import luminal as lm
 from luminal.graph import Graph
+from luminal.nn.check import block_name, expect
 from luminal.nn.linear import weight
 from luminal.tensor import GraphTensor
 
@@ -16,6 +17,8 @@ class RMSNorm:
         self.weight = weight(g, f"{name}.weight", (dim,))
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
+        d = self.weight.shape[0]
+        expect(x, block_name("RMSNorm", self.weight), f"(..., dim={d})", None, {-1: d})
         dt = x.dtype
         y = x.cast(lm.f32).rms_norm(-1, self.eps)
         w = self.weight.cast(lm.f32)
@@ -31,6 +34,8 @@ class LayerNorm:
         self.bias = weight(g, f"{name}.bias", (dim,))
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
+        d = self.weight.shape[0]
+        expect(x, block_name("LayerNorm", self.weight), f"(..., dim={d})", None, {-1: d})
         dt = x.dtype
         y = x.cast(lm.f32).layer_norm(-1, self.eps)
         return (y * self.weight.cast(lm.f32) + self.bias.cast(lm.f32)).cast(dt)

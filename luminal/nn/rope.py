@@ -13,6 +13,7 @@ import numpy as np
 import luminal as lm
 from luminal.errors import LuminalError
 from luminal.graph import Graph
+from luminal.nn.check import expect
 from luminal.shape.expr import Expression, z
 from luminal.tensor import GraphTensor
 
@@ -77,6 +78,8 @@ class RoPE:
         self.cos, self.sin = freqs.cos().unsqueeze(1), freqs.sin().unsqueeze(1)  # (s, 1, hd/2)
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
+        s, hd = self.cos.shape[0], self.head_dim
+        expect(x, "RoPE", f"(s={s}, heads, head_dim={hd}) rows of the positions it was built for", 3, {0: s, 2: hd})
         h = self.head_dim // 2
         x1, x2 = x[..., :h], x[..., h:]  # (s, heads, hd/2)
         return lm.concat([x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin], axis=-1)
