@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from luminal.dtype import to_dtype
-from luminal.errors import BackendError, DTypeError, InputError
-from luminal.graph import Graph
+from luminal.errors import BackendError, DTypeError, InputError, ShapeError
+from luminal.graph import Graph, empty_max_message
 from luminal.shape.expr import Expression
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class CompiledModel:
             self.stats["runtime"] = executor.stats
         self._bound: dict[str, np.ndarray] = {}
         self._dims = graph.dims()
+        self._max_lengths = graph.max_lengths()  # symbolic lengths of max reductions: none may be 0 at run time
 
     @property
     def input_names(self) -> list[str]:
@@ -136,6 +137,10 @@ class CompiledModel:
         missing = sorted(self._dims - set(env))
         if missing:
             raise InputError(f"dims {missing} are not determined by any input shape; pass dims={{'{missing[0]}': n}}")
+        for n in self._max_lengths:
+            if n.dims() <= env.keys() and int(n.evaluate(env)) == 0:
+                at = ", ".join(f"{d}={env[d]}" for d in sorted(n.dims()))
+                raise ShapeError(empty_max_message(f"an axis of length {n} = 0 (at {at})"))
         return env
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from luminal.dtype import DType, to_dtype
 from luminal.errors import DTypeError, InputError, ShapeError
-from luminal.hlir import Constant, Input, Iota, Op, Output
-from luminal.shape.expr import Expression, ExprLike, dim, expr
+from luminal.hlir import Constant, Input, Iota, MaxReduce, Op, Output
+from luminal.shape.expr import ZERO, Expression, ExprLike, dim, expr
 from luminal.shape.tracker import ShapeTracker
 
 if TYPE_CHECKING:
@@ -31,6 +31,11 @@ def shape_tuple(shape, what: str) -> tuple:
     if not isinstance(shape, (tuple, list)):
         raise ShapeError(f"{what}: a shape is a tuple of ints and dim names, got {shape!r}")
     return tuple(shape)
+
+
+def empty_max_message(where: str) -> str:
+    return (f"max/min over {where}: an empty max has no value, so luminal raises like numpy "
+            "(max, min, argmax, argmin, softmax and log_softmax reduce with a max; docs/numerics.md)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Graph:
 
     # -- building -------------------------------------------------------------------------------
     def add(self, op: Op, inputs: Sequence[int], dtype: DType, size: Expression) -> int:
+        if isinstance(op, MaxReduce) and op.iters is ZERO:
+            raise ShapeError(empty_max_message(f"an axis of size 0 (result shape {list(op.shape)})"))
         self.nodes.append(Node(op, tuple(inputs), dtype, size))
         return len(self.nodes) - 1
 
@@ -148,6 +155,17 @@ class Graph:
         self.outputs[name] = nid
         self.output_shapes[name] = src.shape
         return src
+
+    def max_lengths(self) -> list[Expression]:
+        """The distinct symbolic lengths of the MaxReduces the outputs depend on: `run` checks none is 0."""
+        live, todo = set(), list(self.outputs.values())
+        while todo:
+            i = todo.pop()
+            if i not in live:
+                live.add(i)
+                todo.extend(self.nodes[i].inputs)
+        found = {self.nodes[i].op.iters for i in live if isinstance(self.nodes[i].op, MaxReduce)}
+        return sorted((n for n in found if not n.is_num), key=lambda n: n.key)
 
     def dims(self) -> frozenset[str]:
         """Every dim symbol the graph's inputs and nodes use."""
