@@ -109,8 +109,8 @@ class _Compilation:
         self.dump = flags.dump_dir()
         self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,
                             "egraph_classes": 0, "time_serialize_s": 0.0, "time_saturate_s": 0.0,
-                            "time_extract_s": 0.0, "time_search_s": 0.0, "cache_hit": True, "phases": [],
-                            "buckets": []}  # fmt: skip
+                            "time_extract_s": 0.0, "time_search_s": 0.0, "time_pool_s": 0.0, "cache_hit": True,
+                            "phases": [], "buckets": []}  # fmt: skip
         t = time.perf_counter()
         self.head = prog.prelude(self.registry, backend.rulesets, backend.phases)
         self.phases_text = "\n".join(p.text() for p in backend.phases)
@@ -149,6 +149,7 @@ class _Compilation:
             res = saturate(self.head, gp, self.backend.phases)
             data = res.egraph_json
             st["time_saturate_s"] += res.time_load_s + res.time_saturate_s
+            st["time_pool_s"] += res.time_pool_s
             st["time_extract_s"] += res.time_serialize_s
             st["phases"] += [_phase_row(p) for p in res.phases]
             self.cache.store_egraph(key, data)
