@@ -21,6 +21,7 @@ from pathlib import Path
 from luminal import flags
 from luminal.backends.base import Backend, Executor
 from luminal.egraph import program as prog
+from luminal.egraph import roll
 from luminal.egraph.cache import CompileCache, cache_key
 from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
@@ -47,6 +48,7 @@ class CompileOptions:
     buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
+    roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
@@ -97,7 +99,8 @@ def preference(backend: Backend) -> tuple[str, ...]:
 
 
 class _Compilation:
-    """The state one `compile` shares across its buckets: backend, ops, prelude, cache, stats."""
+    """The state one `compile` shares across its buckets: backend, ops, prelude, cache, stats, and the
+    rolled regions (luminal/egraph/roll.py) every bucket compiles."""
 
     def __init__(self, graph: Graph, backend: Backend, opts: CompileOptions):
         self.graph, self.backend, self.opts = graph, backend, opts
@@ -109,60 +112,93 @@ class _Compilation:
         self.dump = flags.dump_dir()
         self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,
                             "egraph_classes": 0, "time_serialize_s": 0.0, "time_saturate_s": 0.0,
-                            "time_extract_s": 0.0, "time_search_s": 0.0, "time_pool_s": 0.0, "cache_hit": True,
-                            "phases": [], "buckets": []}  # fmt: skip
+                            "time_extract_s": 0.0, "time_search_s": 0.0, "time_pool_s": 0.0, "time_roll_s": 0.0,
+                            "cache_hit": True, "phases": [], "buckets": [], "regions": []}  # fmt: skip
         t = time.perf_counter()
         self.head = prog.prelude(self.registry, backend.rulesets, backend.phases)
         self.phases_text = "\n".join(p.text() for p in backend.phases)
         self.search_key = cache_key(json.dumps(asdict(opts.search())), json.dumps(sorted(opts.profile_dims.items())))
         self.stats["time_serialize_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.rolling = roll.detect(graph) if opts.roll else None
+        self.regions = self.rolling.regions() if self.rolling is not None else [("graph", graph)]
+        self.saturations: dict[str, int] = {name: 0 for name, _ in self.regions}
+        self.memo: dict[str, tuple[LLIRGraph, dict]] = {}  # region key -> plan (buckets sharing a region)
+        self.stats["time_roll_s"] += time.perf_counter() - t
+        if self.rolling is not None:
+            self.stats["rolled"] = {"bodies": self.rolling.summary(), "saturations": self.saturations}
 
     def bucket(self, bounds: Bounds) -> LLIRGraph:
-        """The plan of one bucket: from the cache, or saturate + extract + search (and store it)."""
+        """The plan of one bucket: each region's plan (cache, or saturate + extract + search), unrolled."""
+        plans, metas = {}, []
+        for name, g in self.regions:
+            plans[name], meta = self.region(name, g, bounds)
+            metas.append({"region": name} | meta)
+        if self.rolling is None:
+            llir, row = plans["graph"], {k: v for k, v in metas[0].items() if k != "region"}
+        else:
+            t = time.perf_counter()
+            llir = self.rolling.unroll(plans)
+            self.stats["time_roll_s"] += time.perf_counter() - t
+            caches = {m["cache"] for m in metas}
+            row = {"cache": caches.pop() if len(caches) == 1 else "partial",
+                   "profiled": sum(m.get("profiled", 0) for m in metas), "regions": metas}  # fmt: skip
+        self.stats["buckets"].append({"bounds": bounds} | row)
+        return llir
+
+    def region(self, name: str, graph: Graph, bounds: Bounds) -> tuple[LLIRGraph, dict]:
+        """The plan of one region (the whole graph when nothing rolled) in one bucket."""
         st = self.stats
         t = time.perf_counter()
-        gp = prog.serialize_graph(self.graph, self.registry, bounds)
+        gp = prog.serialize_graph(graph, self.registry, bounds)
         be = self.backend
         key = cache_key(self.head + gp.text + self.phases_text, be.name, be.device, _version(be))
         skey = self.search_key[:16]
         st["time_serialize_s"] += time.perf_counter() - t
-        st["live_hlir_nodes"] = gp.n_nodes
+        if key in self.memo:
+            llir, meta = self.memo[key]
+            return llir, meta | {"cache": "shared"}
+        st["live_hlir_nodes"] = st.get("live_hlir_nodes", 0) + gp.n_nodes
         self._dump(f"{key[:12]}.egg", lambda: self.head + gp.text)
         llir, meta = self.cache.load_plan(key, skey, self.op_classes)
         if llir is None:
-            llir, meta = self._search(gp, key, bounds)
+            llir, meta = self._search(name, graph, gp, key, bounds)
             self.cache.store_plan(key, skey, llir, meta)
         else:
             meta["cache"] = "plan"
         for k in ("egraph_nodes", "egraph_classes"):
             st[k] += int(meta.get(k, 0))
-        st["buckets"].append({"bounds": bounds} | {k: v for k, v in meta.items() if not k.startswith("egraph")})
+        meta = {"hlir": gp.n_nodes} | {k: v for k, v in meta.items() if not k.startswith("egraph")}
+        self.memo[key] = (llir, meta)
         self._dump(f"{key[:12]}-{skey}.html", llir.to_html)
-        return llir
+        return llir, meta
 
-    def _search(self, gp: prog.GraphProgram, key: str, bounds: Bounds) -> tuple[LLIRGraph, dict]:
+    def _search(
+        self, name: str, graph: Graph, gp: prog.GraphProgram, key: str, bounds: Bounds
+    ) -> tuple[LLIRGraph, dict]:
         st = self.stats
         meta: dict = {"cache": "miss"}
         data = self.cache.load_egraph(key)
         if data is None:
             st["cache_hit"] = False
             res = saturate(self.head, gp, self.backend.phases)
+            self.saturations[name] += 1
             data = res.egraph_json
             st["time_saturate_s"] += res.time_load_s + res.time_saturate_s
             st["time_pool_s"] += res.time_pool_s
             st["time_extract_s"] += res.time_serialize_s
-            st["phases"] += [_phase_row(p) for p in res.phases]
+            st["phases"] += [_phase_row(p) | {"region": name} for p in res.phases]
             self.cache.store_egraph(key, data)
         else:
             meta["cache"] = "egraph"
         t = time.perf_counter()
         view = EGraphView(data, self.registry, self.runnable)
         st["time_extract_s"] += time.perf_counter() - t
-        env = _profile_env(self.graph, bounds, self.opts.profile_dims)
+        env = _profile_env(graph, bounds, self.opts.profile_dims)
         t = time.perf_counter()
         found = search(view, lambda ll: self.backend.profile(ll, env), self.prefer, self.opts.search())
         st["time_search_s"] += time.perf_counter() - t
-        missing = set(self.graph.outputs) - set(found.best.llir.outputs)
+        missing = set(graph.outputs) - set(found.best.llir.outputs)
         if missing:
             raise CompileError(f"the extracted plan lacks outputs {sorted(missing)} (extractor bug)")
         meta |= {"egraph_nodes": view.n_nodes, "egraph_classes": view.n_classes, "choice_sets": found.n_choice_sets,
@@ -201,6 +237,16 @@ def build_egraph(graph: Graph, backend: Backend, bounds: Bounds | None = None) -
     head = prog.prelude(registry, backend.rulesets, backend.phases)
     res = saturate(head, prog.serialize_graph(graph, registry, bounds or {}), backend.phases)
     return EGraphView(res.egraph_json, registry, runnable)
+
+
+def build_rolled(
+    graph: Graph, backend: Backend, bounds: Bounds | None = None
+) -> tuple[roll.Rolling | None, dict[str, EGraphView]]:
+    """The rolled regions of `graph` and each one's saturated e-graph view (no cache, no search): what
+    tests use to sample extractions of every region and unroll them (`rolling.unroll(plans)`)."""
+    rolling = roll.detect(graph)
+    regions = rolling.regions() if rolling is not None else [("graph", graph)]
+    return rolling, {name: build_egraph(g, backend, bounds) for name, g in regions}
 
 
 def _phase_row(p: PhaseReport) -> dict:
