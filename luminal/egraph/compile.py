@@ -23,6 +23,7 @@ from luminal.backends.base import Backend, Executor
 from luminal.egraph import program as prog
 from luminal.egraph import roll
 from luminal.egraph.cache import CompileCache, cache_key
+from luminal.egraph.costs import OpCosts
 from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
@@ -42,7 +43,8 @@ class CompileOptions:
     """Everything `g.compile(backend, **options)` accepts besides the backend."""
 
     seed: int = 0
-    search_budget: int = 8
+    search_budget: int = 16  # distinct candidates priced per region (ops memoized: mostly cheap)
+    search_confirm: int = 3  # best-priced candidates timed as whole plans (backends that measure ops)
     search_time_s: float = 10.0
     population: int = 4
     buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
@@ -59,7 +61,8 @@ class CompileOptions:
         return CompileOptions(**options)  # type: ignore[arg-type]
 
     def search(self) -> SearchOptions:
-        return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population)
+        return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population,
+                             confirm=self.search_confirm)  # fmt: skip
 
 
 def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
@@ -125,6 +128,10 @@ class _Compilation:
         self.saturations: dict[str, int] = {name: 0 for name, _ in self.regions}
         self.memo: dict[str, tuple[LLIRGraph, dict]] = {}  # region key -> plan (buckets sharing a region)
         self.stats["time_roll_s"] += time.perf_counter() - t
+        # per-op costs measured by earlier compiles on this device (costs.py), and the ones this one adds
+        self.cost_key = cache_key("op-costs", backend.name, backend.device, _version(backend))
+        self.disk_costs = self.cache.load_costs(self.cost_key) if getattr(backend, "cost_cache", False) else None
+        self.new_costs: dict = {}
         if self.rolling is not None:
             self.stats["rolled"] = {"bodies": self.rolling.summary(), "saturations": self.saturations}
 
@@ -196,13 +203,23 @@ class _Compilation:
         st["time_extract_s"] += time.perf_counter() - t
         env = _profile_env(graph, bounds, self.opts.profile_dims)
         t = time.perf_counter()
-        found = search(view, lambda ll: self.backend.profile(ll, env), self.prefer, self.opts.search())
+        pricer = None
+        if callable(getattr(self.backend, "measure", None)):
+            pricer = OpCosts(self.backend, env, self.disk_costs)
+        found = search(view, lambda ll: self.backend.profile(ll, env), self.prefer, self.opts.search(),
+                       pricer.price if pricer is not None else None)  # fmt: skip
         st["time_search_s"] += time.perf_counter() - t
+        if pricer is not None:
+            prof = st.setdefault("profiling", {})
+            for k, v in pricer.stats.items():
+                prof[k] = prof.get(k, 0) + v
+            self.new_costs.update(pricer.new)
         missing = set(graph.outputs) - set(found.best.llir.outputs)
         if missing:
             raise CompileError(f"the extracted plan lacks outputs {sorted(missing)} (extractor bug)")
         meta |= {"egraph_nodes": view.n_nodes, "egraph_classes": view.n_classes, "choice_sets": found.n_choice_sets,
-                 "profiled": found.n_profiled, "cost": found.best.cost}  # fmt: skip
+                 "profiled": found.n_profiled, "confirmed": found.n_confirmed, "failed": found.n_failed,
+                 "cost": found.best.cost}  # fmt: skip
         return found.best.llir, meta
 
     def _dump(self, name: str, content: Callable[[], str]) -> None:
@@ -217,6 +234,8 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     t_start = time.perf_counter()
     comp = _Compilation(graph, backend, opts)
     plans = [(b, comp.bucket(b)) for b in bucket_bounds(graph, opts.buckets)]
+    if comp.new_costs and comp.disk_costs is not None:
+        comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     executors = [(b, backend.load(ll)) for b, ll in plans]
     executor = executors[0][1] if len(executors) == 1 and not executors[0][0] else BucketExecutor(executors)
     llirs = [ll for _, ll in plans]

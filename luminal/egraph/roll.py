@@ -41,7 +41,7 @@ from luminal.graph import Graph, Node
 from luminal.hlir import Input, Output
 
 log = logging.getLogger(__name__)
-MIN_BODY = 4  # nodes (not free) a window needs to be worth rolling
+MIN_BODY = 8  # nodes (not free) a window needs to be worth rolling
 MIN_WINDOWS = 2
 MAX_RUNS = 4  # separate repeated runs rolled in one graph (e.g. an encoder stack and a decoder stack)
 CARRY, EXT, OUT, WIN, VAL = "@roll.carry.", "@roll.ext.", "@roll.out.", "@roll.win.", "@roll.val."
