@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import logging
+import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -232,14 +233,21 @@ class _Compilation:
 def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple[Executor, list[LLIRGraph], dict]:
     """Plans for every bucket, their executor (bucket dispatch if several) and the stats dict."""
     t_start = time.perf_counter()
+    counters = _counters(backend)
     comp = _Compilation(graph, backend, opts)
     plans = [(b, comp.bucket(b)) for b in bucket_bounds(graph, opts.buckets)]
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
+    t = time.perf_counter()
     executors = [(b, backend.load(ll)) for b, ll in plans]
     executor = executors[0][1] if len(executors) == 1 and not executors[0][0] else BucketExecutor(executors)
     llirs = [ll for _, ll in plans]
     stats = comp.stats
+    stats["time_load_s"] = time.perf_counter() - t
+    after = _counters(backend)
+    if after:  # e.g. NVRTC compiles, cache hits and seconds (kernels of the search and of the plans)
+        stats["backend_counters"] = {k: round(v - counters.get(k, 0), 6) for k, v in after.items()}
+    stats["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats["llir_nodes"] = sum(len(ll) for ll in llirs)
     stats["llir_ops"] = llirs[0].op_counts() if len(llirs) == 1 else [ll.op_counts() for ll in llirs]
     stats["time_total_s"] = time.perf_counter() - t_start
@@ -285,16 +293,41 @@ def _profile_env(graph: Graph, bounds: Bounds, dims: Mapping[str, int]) -> dict[
     return env
 
 
+def _counters(backend: Backend) -> dict[str, float]:
+    fn = getattr(backend, "counters", None)
+    return dict(fn()) if callable(fn) else {}
+
+
 def format_stats(stats: Mapping) -> str:
-    """The per-phase table LUMINAL_DEBUG logs."""
-    rows = [f"compile [{stats['backend']}] hlir={stats['hlir_nodes']} egraph={stats['egraph_nodes']} nodes / "
-            f"{stats['egraph_classes']} classes, llir={stats['llir_nodes']}, cache_hit={stats['cache_hit']}",
-            f"  {'phase':<12}{'seconds':>9}{'iters':>7}{'matches':>9}  top rules"]  # fmt: skip
+    """What LUMINAL_DEBUG logs: where the compile time went (phases per region, rolled bodies,
+    profiling, backend counters such as NVRTC, peak memory)."""
+    rows = [
+        f"compile [{stats['backend']}] hlir={stats['hlir_nodes']} egraph={stats['egraph_nodes']} nodes / "
+        f"{stats['egraph_classes']} classes, llir={stats['llir_nodes']}, cache_hit={stats['cache_hit']}"
+    ]
+    rolled = stats.get("rolled")
+    if rolled:
+        bodies = ", ".join(f"{b['body']}: {b['layers']} layers x {b['nodes']} nodes, saturated "
+                           f"{rolled['saturations'].get(b['body'], 0)}x" for b in rolled["bodies"])  # fmt: skip
+        rows.append(f"  rolled: {bodies}")
+    rows.append(f"  {'region':<10}{'phase':<10}{'seconds':>9}{'iters':>7}{'matches':>9}  top rules")
     for p in stats["phases"]:
-        top = ", ".join(f"{k}={v}" for k, v in list(p["rules"].items())[:8])
-        rows.append(f"  {p['phase']:<12}{p['seconds']:>9.4f}{p['iterations']:>7}{p['matches']:>9}  {top}")
-    for k in ("time_serialize_s", "time_saturate_s", "time_extract_s", "time_search_s", "time_total_s"):
-        rows.append(f"  {k:<18}{stats[k]:>9.4f}")
+        top = ", ".join(f"{k}={v}" for k, v in list(p["rules"].items())[:6])
+        rows.append(f"  {p.get('region', ''):<10}{p['phase']:<10}{p['seconds']:>9.4f}{p['iterations']:>7}"
+                    f"{p['matches']:>9}  {top}")  # fmt: skip
+    for b in stats["buckets"]:
+        for r in b.get("regions", [b]):
+            rows.append(f"  bucket {b['bounds']} {r.get('region', 'graph')}: cache={r.get('cache')} "
+                        f"hlir={r.get('hlir')} priced={r.get('profiled', 0)} confirmed={r.get('confirmed', 0)} "
+                        f"failed={r.get('failed', 0)}")  # fmt: skip
+    if "profiling" in stats:
+        rows.append("  profiling: " + ", ".join(f"{k}={v}" for k, v in stats["profiling"].items()))
+    if "backend_counters" in stats:
+        rows.append("  backend: " + ", ".join(f"{k}={v}" for k, v in stats["backend_counters"].items()))
+    for k in ("time_serialize_s", "time_roll_s", "time_saturate_s", "time_pool_s", "time_extract_s",
+              "time_search_s", "time_load_s", "time_total_s"):  # fmt: skip
+        rows.append(f"  {k:<18}{stats.get(k, 0.0):>9.4f}")
+    rows.append(f"  peak_rss_mb       {stats.get('peak_rss_mb', 0.0):>9.1f}")
     return "\n".join(rows)
 
 

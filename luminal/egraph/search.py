@@ -138,7 +138,9 @@ def search(
         st.consider(seeds)
         max_attempts = 8 * max(1, opts.budget)
         while st.room() and not st.out_of_time() and st.attempts < max_attempts:
-            if not _descend(st, rng):
+            if not st.seen:  # every seed failed: fresh random genomes
+                st.consider([view.random_genome(rng) for _ in range(max(1, opts.population))])
+            elif not _descend(st, rng):
                 ranked = sorted(st.seen.values(), key=lambda c: c.cost)
                 parents = ranked[: max(1, opts.population // 2)]
                 st.consider([_mutate(view, p.genome, rng, opts.mutations) for p in parents])
