@@ -191,6 +191,7 @@ class _Compilation:
             st["cache_hit"] = False
             res = saturate(self.head, gp, self.backend.phases)
             self.saturations[name] += 1
+            st["egglog_commands"] = st.get("egglog_commands", 0) + len(gp.commands)
             data = res.egraph_json
             st["time_saturate_s"] += res.time_load_s + res.time_saturate_s
             st["time_pool_s"] += res.time_pool_s
