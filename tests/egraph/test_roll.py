@@ -155,3 +155,28 @@ def test_windows_cover_whole_layers():
     # the rotation carries only the residual stream: one value from each window to the next
     (kind,) = run.kinds
     assert len({r for _, refs in kind.form for r in refs if r[0] == "p"}) == 1
+
+
+def _accum_classes(view) -> int:
+    """IR classes with a cuBLASLt A @ B + C alternative (the residual epilogue)."""
+    n = 0
+    for c in view.classes:
+        kinds = [view.nodes[m].children[0] for m in view.choices[c] if view.nodes[m].op == "Op"]
+        if any(view.nodes[k].op == "CublasLtAccum" for kc in kinds for k in view.members.get(kc, [])):
+            n += 1
+    return n
+
+
+def test_residual_epilogues_fire_in_the_rolled_body():
+    """The CUDA rules see the same residual adds in the body as in every unrolled layer: the window
+    boundary falls on the residual stream, never between a matmul and the add that consumes it."""
+    from luminal.egraph.compile import build_egraph
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+
+    g = decoder(2)
+    be = CpuCudaBackend()
+    unrolled = _accum_classes(build_egraph(g, be))
+    rolling, views = build_rolled(g, be)
+    per_body = _accum_classes(views["body0"])
+    assert per_body >= 1  # the MLP's down projection + residual
+    assert unrolled == 2 * per_body + _accum_classes(views["outer"])
