@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from luminal.backends.cuda import driver, nvrtc
+from luminal.backends.cuda import driver, nvrtc, runtime
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.io import KernelConstant
-from luminal.backends.cuda.runtime import CudaExecutor, load_kernels
+from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
 from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle
@@ -120,7 +120,7 @@ def _precompile(plans: Sequence[LLIRGraph]) -> None:
     try:
         kernels = [k for p in plans for k in plan_kernels(p.nodes)]
         if kernels:
-            load_kernels(kernels)
+            runtime.load_kernels(kernels)
     except LuminalError as e:
         log.info("batched NVRTC compile of %d plans failed (%s); compiling per plan", len(plans), str(e)[:200])
 
