@@ -115,6 +115,15 @@ class CompileCache:
         body = {"llir": llir.to_json(), "fingerprint": llir.fingerprint(), "meta": dict(meta)}
         self._store(key, f"plan-{search_key}.json", body, compressed=False)
 
+    # -- per-op costs (luminal/egraph/costs.py) --------------------------------------------------------
+    def load_costs(self, key: str) -> dict:
+        """Measured op costs of one backend device (key: device + compiler version); {} if none."""
+        data = self._load(key, "op-costs.json", compressed=True)
+        return dict(data.get("costs", {})) if isinstance(data, dict) else {}
+
+    def store_costs(self, key: str, costs: Mapping[str, object]) -> None:
+        self._store(key, "op-costs.json", {"costs": dict(costs)}, compressed=True)
+
     # -- files ---------------------------------------------------------------------------------------
     def _load(self, key: str, name: str, compressed: bool) -> dict | None:
         if self.root is None:

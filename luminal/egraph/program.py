@@ -132,8 +132,11 @@ def serialize_graph(
     for o in reversed(outs[:-1]):
         root = f"(OutputJoin {o} {root})"
     cmds.append(f"(let $root {root})")
+    body = "\n".join(cmds)
     for d, (lo, hi) in sorted((bounds or {}).items()):
         e = dim(d).to_egglog()
+        if e not in body:
+            continue  # a dim this graph never mentions (a rolled region): no fact, same text in every bucket
         cmds.append(f"(set (lower {e}) {int(lo)})")
         cmds.append(f"(set (upper {e}) {int(hi)})")
     return GraphProgram(tuple(cmds), names, len(names))

@@ -9,7 +9,7 @@ microseconds, so compiles stay fast and reproducible on CPU.
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from luminal.backends.reference.executor import ReferenceExecutor
@@ -45,6 +45,10 @@ class ReferenceBackend:
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
         key = tuple(sorted(env.items()))
         return sum(_op_cost(n.op, key) for n in llir.nodes)
+
+    def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float]:
+        """Per-op costs for search (luminal/egraph/costs.py): the same analytic cost, no launch overhead."""
+        return [self.profile(p, env) for p in plans]
 
 
 @lru_cache(maxsize=1 << 16)
