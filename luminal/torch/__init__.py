@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("luminal.torch needs PyTorch: pip install 'luminal[torch]'") from e
 
 from luminal.torch.dynamo import backend, with_options
-from luminal.torch.export import CompiledModule, compile, decompositions
+from luminal.torch.export import CompiledModule, compile, decompositions  # noqa: A004
 from luminal.torch.program import COUNTERS as counters
 from luminal.torch.translate import UnsupportedOpError
 

@@ -58,9 +58,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             log.warning("luminal: running this graph eagerly (fallback=True): %s", e)
             return fx.forward
 
-    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=_no_backward, decompositions=dict(decompositions().items()))(
-        gm, example_inputs
-    )
+    return aot_autograd(
+        fw_compiler=fw_compiler, bw_compiler=_no_backward, decompositions=dict(decompositions().items())
+    )(gm, example_inputs)
 
 
 def with_options(**options):

@@ -47,8 +47,6 @@ def _dynamic_shapes(module, args: tuple, kwargs: dict, dynamic):
                 return {i: Dim.AUTO for i in range(x.ndim)}
             return pytree.tree_map(spec, x) if isinstance(x, (list, tuple, dict)) else None
 
-        if not kwargs:
-            return tuple(spec(a) for a in args)
         bound = inspect.signature(module.forward).bind(*args, **kwargs)
         return {k: spec(v) for k, v in bound.arguments.items()}
     return dynamic

@@ -13,6 +13,7 @@ by device pointer (`tensors.device_pointer`) instead of uploading host copies; u
 from __future__ import annotations
 
 import logging
+
 import torch
 
 from luminal.errors import InputError
@@ -80,4 +81,3 @@ class Program:
             else:
                 result.append(None)
         return result
-

@@ -40,7 +40,7 @@ def aten(*names: str, note: str = "") -> Callable[[Callable], Callable]:
     def deco(fn: Callable) -> Callable:
         family = fn.__module__.rsplit(".", 1)[-1]
         for n in names:
-            full = n if n.startswith("aten.") else f"aten.{n}"
+            full = n if n.startswith(("aten.", "prims.")) else f"aten.{n}"
             if full in OPS:
                 raise ValueError(f"ATen op {full} registered twice ({OPS[full].fn.__qualname__}, {fn.__qualname__})")
             OPS[full] = Handler(full, fn, family, note or (fn.__doc__ or "").strip().split("\n")[0])

@@ -35,7 +35,8 @@ def lm_dtype(dt: torch.dtype) -> DType:
     try:
         return TORCH_TO_LM[dt]
     except KeyError:
-        raise DTypeError(f"torch dtype {dt} has no luminal equivalent (supported: {sorted(map(str, TORCH_TO_LM))})")
+        supported = sorted(map(str, TORCH_TO_LM))
+        raise DTypeError(f"torch dtype {dt} has no luminal equivalent (supported: {supported})") from None
 
 
 def torch_dtype(dt: DType) -> torch.dtype:
@@ -57,7 +58,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 def from_numpy(a: np.ndarray, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
     """A torch tensor of `dtype` over `a`'s memory (then moved to `device` when that is not the CPU)."""
-    a = np.ascontiguousarray(a)
+    a = np.require(a, requirements="C")  # keeps 0-d arrays 0-d (ascontiguousarray would not)
     bits = _VIA_BITS.get(dtype)
     if bits is not None:
         t = torch.from_numpy(a.view(np.int16 if bits[0] == torch.int16 else np.uint8)).view(dtype)

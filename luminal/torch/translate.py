@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 import luminal as lm
 from luminal.dtype import DType
@@ -81,6 +82,16 @@ def _meta(node) -> object:
     return node.meta.get("val", node.meta.get("example_value")) if isinstance(node, torch.fx.Node) else node
 
 
+class Missing:
+    """An output of a multi-output op that is not translated (SDPA's logsumexp, ...): an error if used."""
+
+    def __init__(self, what: str, node: torch.fx.Node):
+        self._what, self._node = what, node
+
+    def __getattr__(self, name):
+        raise UnsupportedOpError(f"{self._what} is not translated but is used (at {where_from(self._node)})")
+
+
 @dataclass
 class Call:
     """The node being translated, as its handler sees it."""
@@ -134,6 +145,11 @@ class Call:
         if isinstance(x, float) and not dt.is_float:
             return self.graph.constant(x, DType.f64).cast(dt)
         return self.graph.constant(x, dt)
+
+    def fix(self, t, dims):
+        """t with its view's dims spelled as `dims` (torch's sizes for the same values; luminal's own
+        symbolic slice arithmetic is correct but unsimplified, e.g. a select's min/max length)."""
+        return t.with_view(ShapeTracker(tuple(to_expr(d) for d in dims), t.view.strides))
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.node.target}: {why} (node {self.node.name}, at {where_from(self.node)})")
@@ -197,10 +213,9 @@ class Translator:
         val = operator.attrgetter(node.target)(self.gm)
         if not isinstance(val, torch.Tensor):
             return val
-        # a tensor constant of the graph: a persistent input bound to that tensor
+        # a tensor constant of the graph: a persistent input the Program binds itself (not an argument)
         name = f"const.{node.target}"
         t = self.g.tensor(name, tuple(val.shape), lm_dtype(val.dtype)).persist()
-        self.inputs.append(InputSpec("tensor", name, True, shape=tuple(to_expr(d) for d in val.shape)))
         self.constants[name] = val
         return t
 
@@ -220,13 +235,19 @@ class Translator:
         if target is operator.getitem:
             seq, k = self._value(node.args[0]), node.args[1]
             out = seq[k]
-            if out is None:
-                raise UnsupportedOpError(f"output {k} of {node.args[0].target} is not translated (at {where_from(node)})")
-            return out
-        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool) and not isinstance(target, torch._ops.OpOverload):
+            return out if out is not None else Missing(f"output {k} of {node.args[0].target}", node)
+        if (
+            isinstance(val, (torch.SymInt, int))
+            and not isinstance(val, bool)
+            and not isinstance(target, torch._ops.OpOverload)
+        ):
             return to_expr(val)  # symbolic-int arithmetic (operator.mul, sym_size, ...): torch already folded it
         name = str(target)
-        if isinstance(val, torch.SymInt) and name in ("aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"):
+        if isinstance(val, torch.SymInt) and name in (
+            "aten.sym_size.int",
+            "aten.sym_numel.default",
+            "aten.sym_stride.int",
+        ):
             return to_expr(val)
         if name in registry.IGNORED:
             return None
@@ -262,8 +283,10 @@ class Translator:
         return out.cast(dt) if out.dtype != dt else out
 
     def _output(self, node: torch.fx.Node) -> None:
-        for k, a in enumerate(torch.fx.node.map_aggregate(node.args[0], lambda x: x)):
+        for k, a in enumerate(pytree.tree_leaves(node.args[0], is_leaf=lambda x: x is None)):
             v = self._value(a)
+            if isinstance(v, Missing):
+                _ = v.dtype  # raises: an untranslated output is returned
             if v is None:
                 self.outputs.append(OutputSpec("none"))
             elif isinstance(v, lm.GraphTensor):

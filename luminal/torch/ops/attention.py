@@ -29,12 +29,16 @@ def sdpa(c, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enab
     if is_causal:  # top-left aligned: query i sees keys j <= i
         keep = c.graph.iota(ge(z // sk, z % sk), (lq, sk)).cast(DType.bool)
         scores = lm.where(keep, scores, -math.inf)
-    if mask is not None:
-        if mask.dtype == DType.bool:
-            scores = lm.where(mask, scores, -math.inf)
-        else:
-            scores = scores + mask.cast(DType.f32)
-    return scores.softmax(-1).cast(v.dtype) @ v
+    if mask is None:
+        return scores.softmax(-1).cast(v.dtype) @ v
+    if mask.dtype == DType.bool:
+        scores = lm.where(mask, scores, -math.inf)
+    else:
+        scores = scores + mask.cast(DType.f32)
+    # a query that may see no key attends to nothing: torch returns zeros there, not NaN
+    blind = scores.max(-1, keepdim=True).eq(-math.inf)
+    p = lm.where(blind, 0.0, scores.softmax(-1))
+    return p.cast(v.dtype) @ v
 
 
 @aten("scaled_dot_product_attention.default", note="masked softmax(QK^T*scale)V in f32, causal, GQA, scale")

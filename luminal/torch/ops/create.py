@@ -1,5 +1,6 @@
-"""Tensor-creating ATen ops: arange, full / zeros / ones / empty and their `_like` / `new_` forms,
-scalar_tensor. Sizes come from torch's metadata (symbolic dims included); `empty` is zeros."""
+"""Tensor-creating ATen ops: arange, full / full_like, empty, scalar_tensor (zeros, ones and the
+`_like` / `new_` forms decompose to these). Sizes come from torch's metadata (symbolic dims
+included); `empty` is zeros."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from luminal.dtype import DType
 from luminal.torch.registry import aten
 
 
-@aten("arange.default", "arange.start", "arange.start_step", note="`start + iota * step` (symbolic bounds allowed)")
+@aten("arange.start_step", note="`start + iota * step` (symbolic bounds allowed)")
 def arange(c, *args, **kwargs):
     nums = [a for a in args if not isinstance(a, bool)][:3]
     start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
@@ -27,21 +28,15 @@ def _full(c, value):
     return c.tensor(value).expand(*c.shape)
 
 
-@aten("full.default", "full_like.default", "new_full.default", note="a constant broadcast to torch's size")
+@aten("full.default", "full_like.default", note="a constant broadcast to torch's size")
 def full(c, x_or_size, fill_value, *args, **kwargs):
     return _full(c, fill_value)
 
 
-@aten("zeros.default", "zeros_like.default", "new_zeros.default", "empty.memory_format", "empty_like.default",
-      "new_empty.default", "empty_strided.default", "empty_permuted.default",
-      note="zeros (uninitialized memory is zeros)")  # fmt: skip
-def zeros(c, *args, **kwargs):
+@aten("empty.memory_format", "empty_permuted.default", "empty_strided.default",
+      note="zeros (uninitialized memory reads as zeros)")  # fmt: skip
+def empty(c, *args, **kwargs):
     return _full(c, 0)
-
-
-@aten("ones.default", "ones_like.default", "new_ones.default", note="ones")
-def ones(c, *args, **kwargs):
-    return _full(c, 1)
 
 
 @aten("scalar_tensor.default", note="a 0-d constant")

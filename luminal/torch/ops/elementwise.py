@@ -27,11 +27,6 @@ def sub(c, a, b, alpha=1):
     return a - (b if alpha == 1 else b * alpha)
 
 
-@aten("rsub.Tensor", "rsub.Scalar", note="`b - alpha*a`")
-def rsub(c, a, b, alpha=1):
-    return sub(c, b, a, alpha)
-
-
 @aten("mul.Tensor", "mul.Scalar", note="`a * b`")
 def mul(c, a, b):
     a, b = _pair(c, a, b)
@@ -62,11 +57,6 @@ def div_mode(c, a, b, rounding_mode=None):
         return _floor_div(a, b)
     q = a / b
     return trunc(c, q) if q.dtype.is_float else q
-
-
-@aten("floor_divide.default", "floor_divide.Scalar", note="floor division")
-def floor_divide(c, a, b):
-    return _floor_div(*_pair(c, a, b))
 
 
 @aten("remainder.Tensor", "remainder.Scalar", note="Python modulo (sign of the divisor): fmod + fix-up")
@@ -119,7 +109,7 @@ def _unary(method: str):
 for _name, _method in [
     ("exp", "exp"), ("exp2", "exp2"), ("log", "log"), ("log2", "log2"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
     ("reciprocal", "reciprocal"), ("sin", "sin"), ("cos", "cos"), ("sigmoid", "sigmoid"), ("tanh", "tanh"),
-    ("relu", "relu"), ("silu", "silu"),
+    ("relu", "relu"),
 ]:  # fmt: skip
     aten(f"{_name}.default", note=f"`{_method}`")(_unary(_method))
 
@@ -147,13 +137,6 @@ def erf(c, x):
     k = (ax * 0.3275911 + 1).reciprocal()
     poly = ((((k * 1.061405429 - 1.453152027) * k + 1.421413741) * k - 0.284496736) * k + 0.254829592) * k
     return (1 - poly * (-(ax * ax)).exp()) * x.sign()
-
-
-@aten("softplus.default", note="`softplus` (beta, threshold)")
-def softplus(c, x, beta=1, threshold=20):
-    x = c.tensor(x)
-    y = (x * beta).softplus() * (1.0 / beta) if beta != 1 else x.softplus()
-    return lm.where(x * beta > threshold, x, y)
 
 
 @aten("leaky_relu.default", note="`where(x > 0, x, slope*x)`")
@@ -291,34 +274,23 @@ def clamp(c, x, min=None, max=None):
     return x
 
 
-@aten("clamp_min.default", "clamp_min.Tensor", note="`maximum(x, min)`")
-def clamp_min(c, x, min):
-    return clamp(c, x, min=min)
-
-
-@aten("clamp_max.default", "clamp_max.Tensor", note="`minimum(x, max)`")
-def clamp_max(c, x, max):
-    return clamp(c, x, max=max)
-
-
 # -- select -------------------------------------------------------------------------------------------
-@aten("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar", note="`lm.where` (NaN-safe select)")
+@aten("where.self", note="`lm.where` (NaN-safe select)")
 def where(c, cond, a, b):
     return lm.where(_bool(c, cond), c.tensor(a), c.tensor(b))
 
 
-@aten("masked_fill.Scalar", "masked_fill.Tensor", note="`where(mask, value, x)`")
-def masked_fill(c, x, mask, value):
-    return lm.where(_bool(c, mask), c.tensor(value), c.tensor(x))
-
-
 # -- casts and copies ---------------------------------------------------------------------------------
-@aten("_to_copy.default", note="`cast` to the target dtype (device moves are no-ops)")
-def to_copy(c, x, **kwargs):
+@aten(
+    "_to_copy.default",
+    "prims.convert_element_type.default",
+    note="`cast` to the target dtype (device moves are no-ops)",
+)
+def to_copy(c, x, *args, **kwargs):
     return c.tensor(x)
 
 
-@aten("clone.default", "alias.default", "lift_fresh_copy.default", "detach.default", "contiguous.default",
+@aten("clone.default", "alias.default", "lift_fresh_copy.default",
       note="identity (luminal tensors are values)")  # fmt: skip
 def identity(c, x, *args, **kwargs):
     return x
@@ -327,8 +299,3 @@ def identity(c, x, *args, **kwargs):
 @aten("copy.default", note="`src` broadcast to `dst`'s shape and dtype")
 def copy(c, dst, src, non_blocking=False):
     return c.tensor(src).expand(*c.shape)
-
-
-@aten("fill.Scalar", "fill.Tensor", note="`full` of the input's shape")
-def fill(c, x, value):
-    return c.tensor(value).expand(*c.shape)

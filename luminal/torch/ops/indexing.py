@@ -89,7 +89,7 @@ def index(c, x, indices):
     return _Advanced(c, x, indices).get()
 
 
-@aten("index_put.default", "index_put_.default", note="`x[indices] = values` (Scatter; accumulate sums)")
+@aten("index_put.default", note="`x[indices] = values` (Scatter; accumulate sums)")
 def index_put(c, x, indices, values, accumulate=False):
     live = [i for i in indices if i is not None]
     if len(live) == 1 and live[0].dtype == DType.bool:
@@ -112,20 +112,17 @@ def index_select(c, x, dim, index):
     return x.gather(index, dim)
 
 
-@aten("index_copy.default", note="`scatter` of rows along `dim`")
-def index_copy(c, x, dim, index, source):
-    return x.scatter(index, c.tensor(source, x.dtype), axis=dim)
-
-
 @aten("embedding.default", note="`gather` of weight rows")
 def embedding(c, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return weight.gather(indices, 0)
 
 
-def _fit(x, shape, skip: int):
+def _fit(c, x, shape, skip: int):
     """x sliced to `shape` on every axis but `skip` (torch's gather/scatter allow a smaller index)."""
     key = tuple(slice(None) if k == skip or shape[k] is x.shape[k] else slice(0, shape[k]) for k in range(x.ndim))
-    return x[key] if any(s != slice(None) for s in key) else x
+    if all(s == slice(None) for s in key):
+        return x
+    return c.fix(x[key], [x.shape[k] if k == skip else shape[k] for k in range(x.ndim)])
 
 
 @aten("gather.default", note="`take_along_axis` (x first cut to the index's extent)")
@@ -133,7 +130,7 @@ def gather(c, x, dim, index, sparse_grad=False):
     if x.ndim == 0:
         return x
     dim %= x.ndim
-    return _fit(x, index.shape, dim).take_along_axis(index, dim)
+    return _fit(c, x, index.shape, dim).take_along_axis(index, dim)
 
 
 def _elem_flat(c, x, dim, index):
@@ -154,14 +151,14 @@ def scatter(c, x, dim, index, src):
         return c.tensor(src, x.dtype).reshape()
     dim %= x.ndim
     s = c.tensor(src, x.dtype)
-    s = _fit(s, index.shape, -1) if s.ndim == index.ndim and s.ndim else s.expand(*index.shape)
+    s = _fit(c, s, index.shape, -1) if s.ndim == index.ndim and s.ndim else s.expand(*index.shape)
     return scatter_flat(x, _elem_flat(c, x, dim, index), s)
 
 
 @aten("scatter_add.default", note="one-hot sum of `src` into `x` at `index` along `dim`")
 def scatter_add(c, x, dim, index, src):
     dim %= x.ndim
-    s = _fit(c.tensor(src, x.dtype), index.shape, -1)
+    s = _fit(c, c.tensor(src, x.dtype), index.shape, -1)
     flat = _elem_flat(c, x, dim, index).reshape(-1)
     n, m = x.view.n_elements(), flat.shape[0]
     onehot = c.graph.iota(z % n, (m, n)).eq(flat.unsqueeze(1).expand(m, n)).cast(x.dtype)

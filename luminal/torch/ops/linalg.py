@@ -8,12 +8,12 @@ from luminal.shape.expr import z
 from luminal.torch.registry import aten
 
 
-@aten("mm.default", "bmm.default", "matmul.default", "dot.default", note="`@` (Mul + SumReduce; backends pick a GEMM)")
+@aten("mm.default", "bmm.default", note="`@` (Mul + SumReduce; backends pick a GEMM)")
 def mm(c, a, b):
     return c.tensor(a) @ c.tensor(b)
 
 
-@aten("addmm.default", "baddbmm.default", note="`beta*bias + alpha*(a @ b)`")
+@aten("addmm.default", note="`beta*bias + alpha*(a @ b)`")
 def addmm(c, bias, a, b, beta=1, alpha=1):
     prod = c.tensor(a) @ c.tensor(b)
     if alpha != 1:
@@ -36,7 +36,7 @@ def convolution(c, x, w, bias, stride, padding, dilation, transposed, output_pad
     if any(padding):
         x = x.pad([(0, 0), (0, 0), *[(p, p) for p in padding]])
     out_sp = c.shape[2:]
-    n, cin = x.shape[0], x.shape[1]
+    n = x.shape[0]
     cout, cg = w.shape[0], w.shape[1]
     ks = w.shape[2:]
     # unfold: axis 2+2k holds output position o, axis 3+2k the kernel tap j; index o*stride + j*dilation

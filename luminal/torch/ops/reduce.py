@@ -18,7 +18,7 @@ def _scalar_safe(x, axis):
     return None if x.ndim == 0 else axis
 
 
-@aten("sum.dim_IntList", "sum.default", note="`sum` accumulated in the output dtype (ints/bools -> i64)")
+@aten("sum.dim_IntList", note="`sum` accumulated in the output dtype (ints/bools -> i64)")
 def sum_(c, x, dim=None, keepdim=False, dtype=None):
     x = x.cast(c.dtype)
     if x.ndim == 0:
@@ -38,7 +38,7 @@ def prod(c, x, dim=None, keepdim=False, dtype=None):
     return x if x.ndim == 0 else x.prod(dim, keepdim=keepdim)
 
 
-@aten("var.correction", "var.dim", note="`var` with Bessel's `correction`")
+@aten("var.correction", note="`var` with Bessel's `correction`")
 def var(c, x, dim=None, unbiased=None, keepdim=False, correction=None):
     corr = correction if correction is not None else (1 if unbiased in (None, True) else 0)
     return x.var(_dims(x, dim), keepdim=keepdim, correction=int(corr)).cast(c.dtype)
@@ -92,12 +92,6 @@ def any_(c, x, dim=None, keepdim=False):
     return _extreme("max")(c, b, dim, keepdim)
 
 
-@aten("all.default", "all.dim", "all.dims", note="`min` of the bools")
-def all_(c, x, dim=None, keepdim=False):
-    b = x if x.dtype == DType.bool else x.ne(0)
-    return _extreme("min")(c, b, dim, keepdim)
-
-
 @aten("_softmax.default", note="`softmax` (max-subtracted), in f32 for 16-bit inputs")
 def softmax(c, x, dim, half_to_float=False):
     if x.ndim == 0:
@@ -139,8 +133,3 @@ def sort(c, x, dim=-1, descending=False, stable=None):
         return x.topk(n.value, dim)
     vals, idx = (-x).topk(n.value, dim) if x.dtype.is_float else x.cast(DType.i64).__neg__().topk(n.value, dim)
     return (-vals).cast(x.dtype), idx
-
-
-@aten("argsort.default", "argsort.stable", note="indices of `sort`")
-def argsort(c, x, dim=-1, descending=False, stable=False):
-    return sort(c, x, dim, descending)[1]

@@ -11,7 +11,7 @@ from luminal.torch.registry import aten
 INT64_MAX = 2**63 - 1
 
 
-@aten("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default", note="`reshape` to torch's size")
+@aten("view.default", note="`reshape` to torch's size")
 def view(c, x, size):
     return x.reshape(*c.shape)
 
@@ -19,16 +19,6 @@ def view(c, x, size):
 @aten("permute.default", note="`permute` (a view)")
 def permute(c, x, dims):
     return x.permute(*dims) if x.ndim else x
-
-
-@aten("transpose.int", note="`transpose` (a view)")
-def transpose(c, x, a, b):
-    return x.transpose(a, b) if x.ndim > 1 else x
-
-
-@aten("t.default", note="`transpose` of the two axes")
-def t(c, x):
-    return x.transpose(0, 1) if x.ndim == 2 else x
 
 
 @aten("expand.default", note="`expand` (stride-0 broadcast)")
@@ -41,7 +31,7 @@ def unsqueeze(c, x, dim):
     return x.unsqueeze(dim)
 
 
-@aten("squeeze.dim", "squeeze.dims", "squeeze.default", note="`squeeze` of the listed size-1 axes")
+@aten("squeeze.dims", note="`squeeze` of the listed size-1 axes")
 def squeeze(c, x, dim=None):
     if x.ndim == 0:
         return x
@@ -61,7 +51,7 @@ def _slice_start(d: Expression, start):
     return start
 
 
-@aten("slice.Tensor", "slice_copy.Tensor", note="`x[start:end:step]` on one axis (symbolic bounds allowed)")
+@aten("slice.Tensor", note="`x[start:end:step]` on one axis (symbolic bounds allowed)")
 def slice_(c, x, dim=0, start=None, end=None, step=1):
     dim %= x.ndim
     d = x.shape[dim]
@@ -72,22 +62,18 @@ def slice_(c, x, dim=0, start=None, end=None, step=1):
     stop = (s0 + (n - 1) * step + 1) if not (isinstance(n, Expression) and n.is_num and n.value == 0) else s0
     key = [slice(None)] * x.ndim
     key[dim] = slice(s0, stop, step)
-    return x[tuple(key)]
+    return c.fix(x[tuple(key)], c.shape)
 
 
-@aten("narrow.default", note="`x[start:start+length]` on one axis")
-def narrow(c, x, dim, start, length):
-    return slice_(c, x, dim, start, start + length, 1)
-
-
-@aten("select.int", "select_copy.int", note="`x[..., index, ...]`")
+@aten("select.int", note="`x[..., index, ...]`")
 def select(c, x, dim, index):
     dim %= x.ndim
     if isinstance(index, int) and index < 0:
         index = index + x.shape[dim] if not x.shape[dim].is_num else index + x.shape[dim].value
     key = [slice(None)] * x.ndim
     key[dim] = slice(index, index + 1)
-    return x[tuple(key)].squeeze(dim)
+    y = x[tuple(key)]
+    return c.fix(y, (*c.shape[:dim], 1, *c.shape[dim:])).squeeze(dim)
 
 
 @aten("cat.default", note="`lm.concat` (inputs promoted to one dtype; empty 1-D inputs skipped)")
@@ -98,31 +84,21 @@ def cat(c, tensors, dim=0):
     return lm.concat(ts, dim)
 
 
-@aten("stack.default", note="`lm.stack`")
-def stack(c, tensors, dim=0):
-    return lm.stack([c.tensor(t) for t in tensors], dim)
-
-
 def _split_sizes(c, x, dim):
     return [c.shape_of(i)[dim % x.ndim] for i in range(len(c.meta))]
 
 
-@aten("split.Tensor", "split_with_sizes.default", "split_copy.Tensor", note="consecutive slices along `dim`")
+@aten("split_with_sizes.default", note="consecutive slices along `dim`")
 def split(c, x, split_size, dim=0):
     dim %= x.ndim
     out, start = [], 0
     for n in _split_sizes(c, x, dim):
         key = [slice(None)] * x.ndim
         key[dim] = slice(start, start + n)
-        out.append(x[tuple(key)])
+        y = x[tuple(key)]
+        out.append(c.fix(y, (*y.shape[:dim], n, *y.shape[dim + 1 :])))
         start = start + n
     return tuple(out)
-
-
-@aten("unbind.int", note="`select` of every index along `dim`")
-def unbind(c, x, dim=0):
-    n = x.shape[dim]
-    return tuple(select(c, x, dim, i) for i in range(n.value))
 
 
 @aten("constant_pad_nd.default", note="`pad` (torch order: last axis first; negative widths crop)")
@@ -148,13 +124,3 @@ def flip(c, x, dims):
     for d in dims:
         key[d % x.ndim] = slice(None, None, -1)
     return x[tuple(key)]
-
-
-@aten("tril.default", note="`tril`")
-def tril(c, x, diagonal=0):
-    return x.tril(diagonal)
-
-
-@aten("triu.default", note="`triu`")
-def triu(c, x, diagonal=0):
-    return x.triu(diagonal)
