@@ -158,13 +158,17 @@ class CausalLM:
     ) -> list[int]:  # fmt: skip
         """Prefill, then decode one token at a time until `max_new_tokens` or a stop token; timing in self.stats."""
         stop = set(self.stop_ids if stop_ids is None else stop_ids)
+        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise InputError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        self.stats = Stats(prompt_tokens=len(token_ids), compile_s=self.decoder.compile_s)
+        if max_new_tokens == 0:  # zero means zero: no step runs
+            return []
         if len(token_ids) + max_new_tokens - 1 > self.decoder.capacity:
             raise InputError(
                 f"{len(token_ids)} prompt + {max_new_tokens} new tokens exceed the KV-cache capacity "
                 f"{self.decoder.capacity}; load with a larger max_seq (--max-seq)"
             )
         rng = sampler.rng()
-        self.stats = Stats(prompt_tokens=len(token_ids), compile_s=self.decoder.compile_s)
         self.decoder.reset()
         out: list[int] = []
         t0 = time.perf_counter()
