@@ -104,6 +104,7 @@ class Decoder:
         (self.model,), self.compile_s = compile_graphs([graph], backend)
         self.capacity, self.vocab_size = capacity, vocab_size
         self.cache_shapes = cache_shapes
+        self.cache_dtypes = {n: graph.nodes[graph.inputs[n]].dtype.np for n in cache_shapes}  # the model's dtype
         self._pending = {**weights, **(extra or {})}  # bound on the first run, then dropped
         self.state: dict[str, np.ndarray] = {}
         self.past = 0
@@ -113,7 +114,7 @@ class Decoder:
         self._pending.update(inputs)
 
     def reset(self) -> None:
-        self.state = {n: np.zeros(s, np.float32) for n, s in self.cache_shapes.items()}
+        self.state = {n: np.zeros(s, self.cache_dtypes[n]) for n, s in self.cache_shapes.items()}
         self.past = 0
 
     def step(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> np.ndarray:
