@@ -23,6 +23,7 @@ from luminal.models.checkpoint import (
     Safetensors,
     UnsupportedModelError,
     check,
+    dtype_of,
     read_config,
     stream,
 )
@@ -66,6 +67,11 @@ def resolve_dtype(dtype: object, backend: str, stored: object = None) -> DType:
     if dt not in (lm.f32, lm.bf16, lm.f16):
         raise lm.DTypeError(f"model dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     return dt
+
+
+def stored_dtype(source, name: str) -> np.dtype | None:
+    """The dtype tensor `name` is stored in (for `auto` when config.json does not say), if it is there."""
+    return dtype_of(source, name) if name in source else None
 
 
 def config_dtype(c: dict) -> object:
@@ -171,11 +177,11 @@ def load_hf(model_dir, backend: str, max_seq: int, config_cls, architectures: di
     if arch not in architectures:
         raise UnsupportedModelError(f"{model_dir}: architecture {arch!r} is not one of {sorted(architectures)}")
     cfg = from_config(config_cls, c)
-    dt = resolve_dtype(dtype, backend, config_dtype(c))
-    model = build(cfg, min(max_seq, c.get("max_position_embeddings") or max_seq), dt)
     source = Safetensors.from_dir(model_dir)
     if rename:
         source = Renamed(source, rename)
+    dt = resolve_dtype(dtype, backend, config_dtype(c) or stored_dtype(source, "model.embed_tokens.weight"))
+    model = build(cfg, min(max_seq, c.get("max_position_embeddings") or max_seq), dt)
     names = model.weight_shapes()
     check(names, source)  # before compiling: a bad checkpoint fails fast
     dec = decoder(model, backend)

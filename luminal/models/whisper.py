@@ -34,6 +34,7 @@ from luminal.models.common import (
     graph_weights,
     load_tokenizer,
     resolve_dtype,
+    stored_dtype,
     user_errors,
 )
 from luminal.models.engine import Decoder, compile_graphs, progress
@@ -296,7 +297,8 @@ def load(model_dir, backend: str = "auto", dtype: object = "auto") -> Whisper:
             raise UnsupportedModelError(f"{d}: architecture {arch!r} is not WhisperForConditionalGeneration")
         gen = read_config(d, "generation_config.json") if (d / "generation_config.json").is_file() else {}
         suppress = tuple(gen.get("suppress_tokens") or c.get("suppress_tokens") or ())
-        cfg, w, stored = from_config(Config, c), Safetensors.from_dir(d), config_dtype(c)
+        cfg, w = from_config(Config, c), Safetensors.from_dir(d)
+        stored = config_dtype(c) or stored_dtype(w, f"{DEC}.embed_tokens.weight")
     return Whisper(cfg, w, load_tokenizer(d), backend, suppress, resolve_dtype(dtype, backend, stored))
 
 

@@ -174,6 +174,24 @@ def test_resolve_dtype_auto_follows_the_checkpoint_on_cuda_only():
     assert config_dtype({"dtype": "float16", "torch_dtype": "float32"}) == "float16"  # transformers 5 key first
 
 
+def test_auto_dtype_without_a_config_key_is_the_stored_one(copy_golden, monkeypatch):
+    import json
+
+    from luminal.models import common
+    from luminal.models.checkpoint import Safetensors
+    from tests.models.test_checkpoint import _write_safetensors
+
+    d = copy_golden("qwen2")
+    st = Safetensors.from_dir(d)
+    _write_safetensors(d / "model.safetensors", {k: np.array(st[k]).astype(ml_dtypes.bfloat16) for k in st})
+    cfg = {k: v for k, v in json.loads((d / "config.json").read_text()).items() if k not in ("dtype", "torch_dtype")}
+    (d / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(common, "resolve_backend", lambda b: "cuda")  # `auto` as on a GPU machine...
+    model = qwen.load(d, backend="reference")  # ...while running on the reference backend
+    model.logits([1, 2])
+    assert {v.dtype for v in model.decoder.state.values()} == {np.dtype(ml_dtypes.bfloat16)}
+
+
 def test_weights_stream_one_tensor_at_a_time_without_copying_stored_dtype(tmp_path):
     from luminal.models.checkpoint import Safetensors, stream
     from luminal.models.common import bind_weights
