@@ -90,6 +90,15 @@ def test_random_weights_dtypes_never_zero_nor_constant_and_seeded(dt):
     assert not np.array_equal(w["a.weight"], other["a.weight"])
 
 
+def test_tiled_repeats_the_pool_from_an_offset():
+    from luminal.models.common import tiled
+
+    pool = np.arange(7, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    for off in (0, 3, 6):
+        for n in (0, 1, 6, 7, 8, 29, 64):
+            np.testing.assert_array_equal(tiled(pool, off, n), pool[(off + np.arange(n)) % 7], f"{off=} {n=}")
+
+
 def test_random_weights_tile_a_pool_so_big_presets_are_fast():
     import time
 
