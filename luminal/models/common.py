@@ -46,7 +46,7 @@ PRESET_DTYPE = lm.bf16  # what every preset's published checkpoint stores: `auto
 
 
 def resolve_backend(backend: str) -> str:
-    """ "auto" -> "cuda" when a GPU is usable, else "reference" (what `Graph.compile` picks)."""
+    """`auto` -> `cuda` when a GPU is usable, else `reference` (what `Graph.compile` picks)."""
     from luminal.compiled import _cuda_usable
 
     return ("cuda" if _cuda_usable() else "reference") if backend == "auto" else backend
