@@ -9,11 +9,11 @@ from luminal.dtype import to_dtype
 from tests.models.conftest import GOLDENS, SCALED, assert_close, golden, margin
 
 
-def check_golden(load, name: str, dtype: str = "f32") -> None:
+def check_golden(load, name: str, dtype: str = "f32", backend: str = "reference") -> None:
     """The golden model loaded in `dtype` (the f32 checkpoint converted tensor by tensor) against
     transformers run in that dtype: prompt logits, greedy tokens, teacher-forced decode-step logits."""
     g = golden(name, dtype)
-    model = load(GOLDENS / name, backend="reference", dtype=dtype)
+    model = load(GOLDENS / name, backend=backend, dtype=dtype)
     ids = g["input_ids"].tolist()
     assert_close(model.logits(ids), g["logits"], f"{name} prompt logits", dtype)
     out = model.generate(ids, 3, stop_ids=())

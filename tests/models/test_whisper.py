@@ -14,9 +14,9 @@ from tests.models.decoder_checks import check_greedy, check_runs_in
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
-def test_whisper_golden_encoder_prefill_and_decode(dtype):
+def test_whisper_golden_encoder_prefill_and_decode(dtype, backend="reference"):
     g = golden("whisper", dtype)
-    model = whisper.load(GOLDENS / "whisper", backend="reference", dtype=dtype)
+    model = whisper.load(GOLDENS / "whisper", backend=backend, dtype=dtype)
     assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output", dtype)
     ids = g["input_ids"].tolist()
     assert_close(model.logits(ids), g["logits"], "decoder prompt logits", dtype)
