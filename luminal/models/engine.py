@@ -104,6 +104,7 @@ class Decoder:
         (self.model,), self.compile_s = compile_graphs([graph], backend)
         self.capacity, self.vocab_size = capacity, vocab_size
         self.cache_shapes = cache_shapes
+        self.cache_dtypes = {n: graph.nodes[graph.inputs[n]].dtype.np for n in cache_shapes}  # the model's dtype
         self._pending = {**weights, **(extra or {})}  # bound on the first run, then dropped
         self.state: dict[str, np.ndarray] = {}
         self.past = 0
@@ -113,7 +114,7 @@ class Decoder:
         self._pending.update(inputs)
 
     def reset(self) -> None:
-        self.state = {n: np.zeros(s, np.float32) for n, s in self.cache_shapes.items()}
+        self.state = {n: np.zeros(s, self.cache_dtypes[n]) for n, s in self.cache_shapes.items()}
         self.past = 0
 
     def step(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> np.ndarray:
@@ -158,13 +159,17 @@ class CausalLM:
     ) -> list[int]:  # fmt: skip
         """Prefill, then decode one token at a time until `max_new_tokens` or a stop token; timing in self.stats."""
         stop = set(self.stop_ids if stop_ids is None else stop_ids)
+        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise InputError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        self.stats = Stats(prompt_tokens=len(token_ids), compile_s=self.decoder.compile_s)
+        if max_new_tokens == 0:  # zero means zero: no step runs
+            return []
         if len(token_ids) + max_new_tokens - 1 > self.decoder.capacity:
             raise InputError(
                 f"{len(token_ids)} prompt + {max_new_tokens} new tokens exceed the KV-cache capacity "
                 f"{self.decoder.capacity}; load with a larger max_seq (--max-seq)"
             )
         rng = sampler.rng()
-        self.stats = Stats(prompt_tokens=len(token_ids), compile_s=self.decoder.compile_s)
         self.decoder.reset()
         out: list[int] = []
         t0 = time.perf_counter()

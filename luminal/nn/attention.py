@@ -24,16 +24,19 @@ from luminal.tensor import GraphTensor
 
 @dataclass(frozen=True)
 class KVCache:
-    """Names and shape of one layer's cache; `update` scatters new rows and returns the live part."""
+    """Names, shape and dtype of one layer's cache (the model's dtype: k and v are stored as the
+    projections produce them); `update` scatters new rows and returns the live part."""
 
     name: str
     n_kv: int
     capacity: int
     head_dim: int
+    dtype: object = lm.f32
 
     def state(self, g: Graph) -> tuple[GraphTensor, GraphTensor]:
         shape = (self.n_kv, self.capacity, self.head_dim)
-        return g.tensor(f"{self.name}.k", shape).persist(), g.tensor(f"{self.name}.v", shape).persist()
+        k = g.tensor(f"{self.name}.k", shape, self.dtype).persist()
+        return k, g.tensor(f"{self.name}.v", shape, self.dtype).persist()
 
     def update(self, g: Graph, k: GraphTensor, v: GraphTensor, past: Expression) -> tuple[GraphTensor, GraphTensor]:
         """k, v: (n_kv, s, hd) new rows. Returns the caches' first p+s rows: (n_kv, p+s, hd) each."""
@@ -82,20 +85,21 @@ class Attention:
         self, g: Graph, name: str, dim: int, n_heads: int, n_kv: int, head_dim: int, cache: KVCache | None,
         bias: tuple[bool, bool, bool, bool] = (False, False, False, False), qk_norm: float | None = None,
         qk_norm_offset: bool = False, scale: float | None = None, window: int | None = None, out_name: str = "o_proj",
-        causal: bool = True,
+        causal: bool = True, dtype: object = lm.f32,
     ):  # fmt: skip
-        """`bias` says which of the q, k, v, out projections have one; `qk_norm` is the q/k RMSNorm eps."""
+        """`bias` says which of the q, k, v, out projections have one; `qk_norm` is the q/k RMSNorm eps;
+        `dtype` is the weights' (and so the cache's) dtype."""
         self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv, head_dim
         self.cache, self.window, self.causal = cache, window, causal
         self.scale = head_dim**-0.5 if scale is None else scale
-        self.q = Linear(g, f"{name}.q_proj", dim, n_heads * head_dim, bias[0])
-        self.k = Linear(g, f"{name}.k_proj", dim, n_kv * head_dim, bias[1])
-        self.v = Linear(g, f"{name}.v_proj", dim, n_kv * head_dim, bias[2])
-        self.o = Linear(g, f"{name}.{out_name}", n_heads * head_dim, dim, bias[3])
+        self.q = Linear(g, f"{name}.q_proj", dim, n_heads * head_dim, bias[0], dtype)
+        self.k = Linear(g, f"{name}.k_proj", dim, n_kv * head_dim, bias[1], dtype)
+        self.v = Linear(g, f"{name}.v_proj", dim, n_kv * head_dim, bias[2], dtype)
+        self.o = Linear(g, f"{name}.{out_name}", n_heads * head_dim, dim, bias[3], dtype)
         self.q_norm = self.k_norm = None
         if qk_norm is not None:
-            self.q_norm = RMSNorm(g, f"{name}.q_norm", head_dim, qk_norm, qk_norm_offset)
-            self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset)
+            self.q_norm = RMSNorm(g, f"{name}.q_norm", head_dim, qk_norm, qk_norm_offset, dtype)
+            self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset, dtype)
 
     def __call__(self, x: GraphTensor, rope=None, past: Expression = ZERO) -> GraphTensor:
         dim = self.q.d_in

@@ -8,6 +8,10 @@ def test_gemma3_golden_prefill_and_decode():
     check_golden(gemma.load, "gemma3")  # sliding window 4 < prompt 12: the window mask matters
 
 
+def test_gemma3_bf16_golden():
+    check_golden(gemma.load, "gemma3", "bf16")  # embedding scale rounded to bf16 as HF does, f32 soft-cap
+
+
 def test_gemma3_cache_decode_equals_recompute():
     check_cache_equals_recompute(gemma.load, "gemma3")
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from luminal.models import llama
 from tests.models.conftest import GOLDENS
@@ -9,6 +10,11 @@ from tests.models.decoder_checks import check_cache_equals_recompute, check_gold
 
 def test_llama_golden_prefill_and_decode():
     check_golden(llama.load, "llama")  # llama3 rope scaling, untied lm_head
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_llama_16bit_golden_matches_transformers_in_that_dtype(dtype):
+    check_golden(llama.load, "llama", dtype)
 
 
 def test_llama_cache_decode_equals_recompute():

@@ -6,23 +6,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from luminal.demo import CLIP
 from luminal.models import whisper
 from luminal.models.audio import read_wav
 from tests.models.conftest import GOLDENS, assert_close, golden
+from tests.models.decoder_checks import check_greedy, check_runs_in
 
 
-def test_whisper_golden_encoder_prefill_and_decode():
-    g = golden("whisper")
-    model = whisper.load(GOLDENS / "whisper", backend="reference")
-    assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output")
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_whisper_golden_encoder_prefill_and_decode(dtype, backend="reference"):
+    g = golden("whisper", dtype)
+    model = whisper.load(GOLDENS / "whisper", backend=backend, dtype=dtype)
+    assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output", dtype)
     ids = g["input_ids"].tolist()
-    assert_close(model.logits(ids), g["logits"], "decoder prompt logits")
-    assert model.generate(ids, 3, eot=2) == g["decode_ids"].tolist()
+    assert_close(model.logits(ids), g["logits"], "decoder prompt logits", dtype)
+    check_greedy(model.generate(ids, 3, eot=2), g, dtype, "whisper")
     dec = model.decoder
     dec.reset()
     dec.step(ids)
     steps = [dec.step([t])[0] for t in g["decode_ids"].tolist()]
-    assert_close(np.stack(steps), g["decode_logits"], "decoder steps with the KV cache")
+    assert_close(np.stack(steps), g["decode_logits"], "decoder steps with the KV cache", dtype)
+    check_runs_in(dec, model.logits(ids), "whisper", dtype)
 
 
 def test_ct2_names_map_to_hf_layout_and_split_fused_qkv():
@@ -46,7 +50,7 @@ def test_ct2_names_map_to_hf_layout_and_split_fused_qkv():
 
 # the reference clip (../shared/data/jfk.wav, 11 s) when this checkout has it, else the bundled trim
 SHARED_JFK = Path(__file__).resolve().parents[3] / "shared" / "data" / "jfk.wav"
-JFK = SHARED_JFK if SHARED_JFK.is_file() else Path(__file__).resolve().parents[2] / "models" / "data" / "jfk.wav"
+JFK = SHARED_JFK if SHARED_JFK.is_file() else CLIP
 
 
 def test_whisper_tiny_en_transcribes_jfk():
