@@ -81,10 +81,14 @@ class BucketExecutor:
     def __init__(self, plans: list[tuple[Bounds, Executor]]):
         self.plans = plans
 
-    def run(self, feed, env):
+    def run(self, feed, env, **kw):
+        return self.select(env).run(feed, env, **kw)
+
+    def select(self, env) -> Executor:
+        """The plan whose bucket holds the dims `env` (InputError when none does)."""
         for bounds, ex in self.plans:
             if all(lo <= env[d] <= hi for d, (lo, hi) in bounds.items()):
-                return ex.run(feed, env)
+                return ex
         have = "; ".join(", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in b.items()) for b, _ in self.plans)
         now = ", ".join(f"{d}={env[d]}" for d in sorted({d for b, _ in self.plans for d in b}))
         raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")

@@ -89,6 +89,7 @@ def htod(dst: int, arr: np.ndarray, stream) -> None:
 def dtoh(arr: np.ndarray, src: int, stream) -> None:
     if arr.nbytes:
         arr.view(np.uint8).reshape(-1)[:] = mem(src, arr.nbytes)
+        LOG.append(f"dtoh {arr.nbytes}")
 
 
 def dtod(dst: int, src: int, nbytes: int, stream) -> None:
@@ -118,7 +119,32 @@ class Module:
         self._funcs: dict[str, Func] = {}
 
     def function(self, name: str) -> Func:
-        return self._funcs.setdefault(name, Func(name))
+        if name not in self._funcs:
+            self._funcs[name] = f = Func(name)
+            if name.startswith("sample_"):  # the device sampler (luminal/backends/cuda/sample.py)
+                f.run = _sampler(name)
+        return self._funcs[name]
+
+
+def _sampler(name: str):
+    """The sampling kernel's effect on fake memory, by the numpy oracle (luminal/sampling.py)."""
+    import struct
+
+    from luminal.dtype import DType
+    from luminal.sampling import Sampler, sample
+
+    dt = DType(name.split("_")[1])
+    dbl = lambda v: struct.unpack("<d", struct.pack("<Q", v))[0]  # noqa: E731
+
+    def run(values):
+        out, logits, err, rows, cols, tbits, top_k, pbits, seed, position = values
+        x = mem(logits, rows * cols * dt.itemsize).view(dt.np).reshape(rows, cols)
+        ids = sample(x, Sampler(dbl(tbits), top_k, dbl(pbits), seed), position)
+        head = mem(err, 16).view(np.int64) if err else np.zeros(2, np.int64)
+        res = np.concatenate([head, ids.astype(np.int64)])
+        mem(out, res.nbytes)[:] = res.view(np.uint8)
+
+    return run
 
 
 def load_kernels(kernels):

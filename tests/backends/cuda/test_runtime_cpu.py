@@ -1,7 +1,7 @@
 """CPU: the CUDA runtime's bookkeeping over a fake driver (fake_driver.py) that runs each kernel op's
 reference semantics on shared fake device memory: arena reuse never corrupts live buffers, dims
 changes patch the graph instead of rebuilding it, pointers stay stable, persistent inputs are
-uploaded once, carried state stays on the device, zero-size runs, eager == graph."""
+uploaded once, state stays on the device, zero-size runs, eager == graph."""
 
 from __future__ import annotations
 
@@ -97,27 +97,28 @@ def test_dims_change_patches_instead_of_rebuilding(fake):
     assert fake.LOG.count("instantiate") == 1
 
 
-def test_persistent_inputs_upload_once_and_carry_state(fake):
+def test_persistent_inputs_upload_once_and_state_stays_on_device(fake):
     g = lm.Graph()
     w = g.tensor("w", (4,)).persist()
     st = g.tensor("state", (4,)).persist()
     x = g.tensor("x", (4,))
     (x * w).output("y")
-    (st + x).output("new_state")
+    (st + x).output("state")  # named like the persistent input: its next value
     ex = executor(g)
     ex.set_persistent(frozenset({"w", "state"}))
     w_np, s_np, x_np = np.arange(4, dtype=np.float32), np.zeros(4, np.float32), np.ones(4, np.float32)
-    ex.carry("new_state", "state")
+    ex.bind("state", s_np)
     for step in range(3):
         fake.LOG.clear()
-        out = ex.run({"w": w_np, "state": s_np, "x": x_np * (step + 1)}, {})
+        out = ex.run({"w": w_np, "x": x_np * (step + 1)}, {}, fetch=["y"])
         np.testing.assert_array_equal(out["y"], w_np * (step + 1))
         uploads = fake.LOG.count("htod 16") - 1  # 16 bytes each; minus the dims buffer (2 error words)
-        assert uploads == (3 if step == 0 else 1), fake.LOG  # only x travels after step 0
-    np.testing.assert_array_equal(ex.run_device({"w": w_np, "state": s_np, "x": x_np}, {})["new_state"].numpy(),
-                                  np.full(4, 7, np.float32))  # fmt: skip
+        assert uploads == (2 if step == 0 else 1), fake.LOG  # only x travels after step 0
+        assert ex.stats["d2h_bytes"] == 16 and ex.stats["d2d_bytes"] == 16  # y back; state copied on the device
+    np.testing.assert_array_equal(ex.run({"x": x_np}, {}, fetch=["state"])["state"], np.full(4, 7, np.float32))
+    np.testing.assert_array_equal(s_np, 0)  # the caller's array is never written
     with pytest.raises(lm.InputError, match="persist"):
-        ex.carry("y", "x")
+        ex.bind("x", x_np)
 
 
 def test_profile_on_ones_and_extents(fake):
@@ -130,7 +131,7 @@ def test_profile_on_ones_and_extents(fake):
     ext = input_extents(llir.nodes, {"s": 5})
     assert ext == {"x": 5 * 40}
     assert ex.profile({"s": 5}, ext) > 0
-    assert not ex._uploaded
+    assert not ex.resident.src
 
 
 def test_unsupported_ops_are_refused(fake):

@@ -28,8 +28,8 @@ def test_profile_ranks_the_matmul_plan_first():
 
 def test_backend_data():
     be = ReferenceBackend()
-    assert be.name == "reference" and be.rulesets == ("matmul_backend",)
-    assert {p.name for p in be.phases} == {"main", "cleanup"}
+    assert be.name == "reference" and be.rulesets == ("matmul_backend", "buffer_reuse")
+    assert [p.name for p in be.phases] == ["main", "buffer_reuse", "cleanup"]
     assert "matmul_backend" in be.phases[0].text() and be.device.startswith("cpu-")
 
 
