@@ -44,7 +44,10 @@ class CompileOptions:
     search_budget: int = 8
     search_time_s: float = 10.0
     population: int = 4
-    buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    # {dim: [(lo, hi), ..]} (plans = the cartesian product) or [{dim: (lo, hi)}, ..] (one plan each)
+    buckets: Mapping[str, Sequence[tuple[int, int]]] | Sequence[Mapping[str, tuple[int, int]]] = field(
+        default_factory=dict
+    )
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
 
@@ -60,7 +63,12 @@ class CompileOptions:
         return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population)
 
 
-def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
+def bucket_bounds(graph: Graph, buckets) -> list[Bounds]:
+    """One bounds dict per plan: the cartesian product of `{dim: [ranges]}`, or an explicit list of
+    plans `[{dim: (lo, hi)}, ...]` (when only some combinations occur, e.g. decode s = r = 1 and
+    prefill s >= 2, r <= s)."""
+    if not isinstance(buckets, Mapping):
+        return [b for plan in buckets for b in bucket_bounds(graph, {d: [r] for d, r in plan.items()})]
     dims = graph.dims()
     for d, ranges in buckets.items():
         if d not in dims:

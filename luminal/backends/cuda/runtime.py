@@ -253,7 +253,7 @@ class CudaExecutor:
         from luminal.backends.cuda.sample import DeviceSampler
 
         if self._sampler is None:
-            self._sampler = DeviceSampler(load_kernels)
+            self._sampler = DeviceSampler(load_kernels, driver)
         s = self.outputs[label]
         ids, err = self._sampler(self._ptrs[s], self.nodes[s].dtype, rows, cols, sampler, position,
                                  self._dims_buf.ptr + 8 * self._err if self._reports else 0, self)  # fmt: skip

@@ -203,16 +203,41 @@ class Event:
         return 0.001
 
 
+_HOST: dict = {}  # host op -> (input dtypes, output dtype), for `capture`
+
+
 def bind(executor) -> None:
     """Make each kernel step of `executor` run its op's reference semantics on fake memory (once
     per op: multi-launch ops compute everything in their first launch)."""
     seen: set[int] = set()
     for s in executor.steps:
-        if s.host is not None or s.node in seen:
+        if s.host is not None:
+            n = executor.nodes[s.node]
+            _HOST[s.host] = (tuple(executor.nodes[j].dtype for j in n.inputs), n.dtype)
+            continue
+        if s.node in seen:
             continue
         seen.add(s.node)
         s.func = Func(s.func.name)
         s.func.run = _runner(executor, s.node)
+
+
+def capture(op, stream, out_ptr: int, in_ptrs, env):
+    """A host op "captured" for these pointers and dims: a graph node running its reference semantics
+    with the dims of the capture (like a real capture, which bakes them in). Counted in LOG."""
+    in_dts, out_dt = _HOST[op]
+    env = dict(env)
+    LOG.append("capture")
+
+    def run(values):
+        arrays = [mem(p).view(np.uint8)[: mem(p).size // dt.itemsize * dt.itemsize].view(dt.np)
+                  for p, dt in zip(in_ptrs, in_dts, strict=True)]  # fmt: skip
+        r = np.ascontiguousarray(op.reference(arrays, in_dts, env)).astype(out_dt.np)
+        mem(out_ptr, r.nbytes)[:] = np.frombuffer(r.tobytes(), np.uint8)
+
+    f = Func(type(op).__name__)
+    f.run = run
+    return (f, 1, Params([]))
 
 
 def _runner(ex, i: int):
