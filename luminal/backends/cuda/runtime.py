@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from luminal import flags
 from luminal.backends.aliasing import alias_roots, check_inplace
 from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
@@ -49,6 +50,10 @@ GROWTH = 1.25  # arena/input regrowth headroom, so a slowly growing dim does not
 PIN_ARENA_BYTES = 4 << 30  # a bounded plan is sized at its bucket bounds when that arena fits in this
 PIN_GRID = 4096  # ... and a kernel's grid is fixed at its bound when that is at most this many blocks
 SMALL_INPUT = 4096  # per-run inputs up to this many bytes are not uploaded again when unchanged
+
+
+def log_profile(table: str) -> None:
+    logging.getLogger("luminal.profile").info("%s", table)
 
 
 def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
@@ -182,6 +187,7 @@ class CudaExecutor:
         self._offsets: dict[int, int] = {}  # aliasing node -> byte offset in its root at the current dims
         self._host_state: dict[int, tuple] = {}  # step -> (signature, pointers) it was prepared/captured for
         self._sampler = None
+        self._profiled = False
         self._state: dict[str, tuple[int, int]] = {}  # state label -> (input node, output node)
 
     # -- public -----------------------------------------------------------------------------------
@@ -193,6 +199,11 @@ class CudaExecutor:
         self.stats["h2d_bytes"] = self.stats["d2h_bytes"] = self.stats["d2d_bytes"] = 0
         self.stats["runs"] += 1
         self._prepare(feed, env)
+        if not self._profiled and flags.profile():  # one table per plan, before the real launch
+            from luminal.backends.cuda.profile import step_table
+
+            self._profiled = True
+            log_profile(step_table(self, f"{len(self.steps)} steps "))
         self._execute()
         for label, (inp, src) in self._state.items():  # in place already when the output aliases the input
             if self._ptrs[src] != self._ptrs[inp]:
@@ -472,19 +483,30 @@ class CudaExecutor:
         return capture(s.host, self.dev.stream, out, ins, self._env)
 
     # -- executing --------------------------------------------------------------------------------
+    def _driver(self):
+        return driver
+
+    def _launch_step(self, k: int) -> None:
+        """Launch step k eagerly (a host op is prepared first when its dims or pointers changed)."""
+        s, stream = self.steps[k], self.dev.stream
+        if s.host is not None:
+            out, ins = self._host_ptrs(s)
+            state = (s.host.signature(self._env), out, ins)
+            if self._host_state.get(k) != state:
+                s.host.prepare(self._env, out, ins, stream)
+                self._host_state[k] = state
+            s.host.launch(stream, out, ins, self._env)
+        elif self._grid_now[k] > 0:  # zero-size tensors: no launch
+            driver.launch(s.func, self._grid_now[k], s.block, s.shared, self._params[k], stream)
+
+    def _execute_eager(self) -> None:
+        for k in range(len(self.steps)):
+            self._launch_step(k)
+
     def _execute(self) -> None:
         stream = self.dev.stream
         if self._graph is None:
-            for k, (s, p, grid) in enumerate(zip(self.steps, self._params, self._grid_now, strict=True)):
-                if s.host is not None:
-                    out, ins = self._host_ptrs(s)
-                    state = (s.host.signature(self._env), out, ins)
-                    if self._host_state.get(k) != state:
-                        s.host.prepare(self._env, out, ins, stream)
-                        self._host_state[k] = state
-                    s.host.launch(stream, out, ins, self._env)
-                elif grid > 0:  # zero-size tensors: no launch
-                    driver.launch(s.func, grid, s.block, s.shared, p, stream)
+            self._execute_eager()
             return
         for k, (s, p) in enumerate(zip(self.steps, self._params, strict=True)):
             if s.host is not None:

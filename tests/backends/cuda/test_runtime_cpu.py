@@ -224,3 +224,25 @@ def test_host_ops_are_prepared_launched_and_recaptured(fake, monkeypatch):
             assert ex.stats["graph_builds"] == 2, ex.stats  # the second s=4 run reuses everything
         else:  # eager: prepared when the dims changed, launched every run
             assert kinds == ["prepare"] * 3, calls
+
+
+def test_profile_flag_logs_a_per_op_table_once_per_plan(fake, monkeypatch, caplog):
+    import logging
+
+    g = lm.Graph()
+    x = g.tensor("x", ("s", 256))
+    (x.exp2() * 3.0).sum(axis=1).output("y")
+    ex = executor(g, fused=False)
+    monkeypatch.setenv("LUMINAL_PROFILE", "1")
+    xa = np.ones((4, 256), np.float32)
+    with caplog.at_level(logging.INFO, logger="luminal.profile"):
+        for _ in range(3):
+            np.testing.assert_allclose(ex.run({"x": xa}, {"s": 4})["y"], np.full(4, 6 * 256, np.float32))
+    tables = [r.getMessage() for r in caplog.records if r.name == "luminal.profile"]
+    assert len(tables) == 1, tables  # the first run of the plan only
+    lines = tables[0].splitlines()
+    assert "launches" in lines[0] and "% roofline" in lines[1]
+    ops = {ln.split()[1] for ln in lines[2:-1]}
+    assert {"KernelExp2", "KernelMul", "KernelSumReduce"} <= ops, lines
+    row = next(ln for ln in lines if "KernelSumReduce" in ln).split()
+    assert float(row[-2]) == pytest.approx(4 * 256 * 4 / 1e6 + 4 * 4 / 1e6, rel=1e-3)  # MB read + written
