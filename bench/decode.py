@@ -170,9 +170,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft-prompt", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="bench/decode.json", help="JSON rows for bench/plot_decode.py")
+    ap.add_argument("--capacity", type=int, default=None, help="KV-cache capacity (default: fits both prompts)")
+    ap.add_argument("--one-step", action="store_true",
+                    help="luminal only: prefill + one decode step, then exit (for compute-sanitizer)")  # fmt: skip
     args = ap.parse_args(argv)
     rows = []
-    capacity = max(args.ttft_prompt, args.prompt + args.new) + 8
+    capacity = args.capacity or max(args.ttft_prompt, args.prompt + args.new) + 8
+    if args.one_step:
+        for name in args.models.split(","):
+            cfg, model, weights = build(name, args.layers, args.dtype, capacity)
+            dec = Decoder(model.graph, model.cache_shapes, capacity, weights, args.backend, model.extra_inputs(),
+                          cfg.vocab_size)  # fmt: skip
+            dec.reset()
+            tok = dec.next(prompt(args.prompt, cfg.vocab_size), Sampler())
+            print(f"{name}: prefill -> {tok}, decode -> {dec.next([tok], Sampler())}", flush=True)
+        return
     for name in args.models.split(","):
         args.model_name = name
         cfg, model, weights = build(name, args.layers, args.dtype, capacity)
