@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 _MODULES: dict[str, driver.Module] = {}  # kernel code -> loaded module holding its entries
 GROWTH = 1.25  # arena/input regrowth headroom, so a slowly growing dim does not replan every run
 PIN_ARENA_BYTES = 4 << 30  # a bounded plan is sized at its bucket bounds when that arena fits in this
-PIN_GRID = 4096  # ... and a kernel's grid is fixed at its bound when that is at most this many blocks
+PIN_GRID = 512  # ... and a kernel's grid is fixed at its bound when that is at most this many blocks (~4 waves)
 SMALL_INPUT = 4096  # per-run inputs up to this many bytes are not uploaded again when unchanged
 
 

@@ -246,3 +246,58 @@ def test_profile_flag_logs_a_per_op_table_once_per_plan(fake, monkeypatch, caplo
     assert {"KernelExp2", "KernelMul", "KernelSumReduce"} <= ops, lines
     row = next(ln for ln in lines if "KernelSumReduce" in ln).split()
     assert float(row[-2]) == pytest.approx(4 * 256 * 4 / 1e6 + 4 * 4 / 1e6, rel=1e-3)  # MB read + written
+
+
+def test_a_view_alias_reads_its_root_and_keeps_it_alive(fake):
+    """An aliasing kernel op (a zero-copy slice, as a multi-output kernel's outputs would be) gets no
+    arena slot: its pointer is its root's + offset, and the root's bytes stay reserved while it is read."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from luminal.backends.cuda.kernel import Kernel, KernelOp
+    from luminal.backends.cuda.kernels import KernelExp2, KernelSin
+    from luminal.hlir import Input, Output
+    from luminal.shape.expr import Expression, expr, z
+
+    @dataclass(frozen=True)
+    class Tail(KernelOp):  # elements [start, start + n) of its input, in place (no kernel)
+        n: int
+        start: int
+        n_inputs: ClassVar[int] = 1
+
+        def alias(self):
+            return (0, expr(4 * self.start))
+
+        def out_size(self) -> Expression:
+            return expr(self.n)
+
+        def out_dtype(self, in_dtypes):
+            return in_dtypes[0]
+
+        def reference(self, ins, in_dtypes, env):
+            return ins[0][self.start : self.start + self.n]
+
+        def input_views(self):
+            return (((expr(self.start + self.n),), (z,)),)
+
+        def render(self, slots):
+            return Kernel("", (), frozenset())
+
+    class N:
+        def __init__(self, op, inputs, dtype):
+            self.op, self.inputs, self.dtype = op, inputs, dtype
+
+    f32 = lm.f32
+    one = lambda n: ((expr(n),), (z,))  # noqa: E731
+    nodes = [N(Input("x", f32), (), f32), N(KernelExp2(*one(64), f32), (0,), f32),  # 1: root
+             N(Tail(16, 48), (1,), f32),  # 2: its last 16 elements
+             N(KernelSin(*one(64), f32), (0,), f32), N(KernelSin(*one(64), f32), (3,), f32),  # 3, 4: reuse space
+             N(KernelSin(*one(16), f32), (2,), f32),  # 5: reads the alias after 3 and 4 ran
+             N(Output("y"), (5,), f32), N(Output("w"), (4,), f32)]  # fmt: skip
+    ex = runtime.CudaExecutor(nodes)
+    fake_driver.bind(ex)
+    x = np.linspace(0, 1, 64, dtype=np.float32)
+    out = ex.run({"x": x}, {})
+    np.testing.assert_allclose(out["y"], np.sin(np.exp2(x[48:])), rtol=1e-6)
+    np.testing.assert_allclose(out["w"], np.sin(np.sin(x)), rtol=1e-6)
+    assert ex._ptrs[2] == ex._ptrs[1] + 4 * 48 and ("out", 2) not in ex._plan.offsets
