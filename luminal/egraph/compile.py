@@ -50,7 +50,10 @@ class CompileOptions:
     search_confirm: int = 3  # best-priced candidates timed as whole plans (backends that measure ops)
     search_time_s: float = 10.0
     population: int = 4
-    buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    # {dim: [(lo, hi), ..]} (plans = the cartesian product) or [{dim: (lo, hi)}, ..] (one plan each)
+    buckets: Mapping[str, Sequence[tuple[int, int]]] | Sequence[Mapping[str, tuple[int, int]]] = field(
+        default_factory=dict
+    )
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
@@ -81,6 +84,10 @@ class CompileOptions:
         for name in ("buckets", "profile_dims"):
             if name in opts and opts[name] is None:
                 opts[name] = {}
+            elif name == "buckets" and isinstance(opts[name], (list, tuple)) and opts[name] and all(
+                isinstance(plan, Mapping) for plan in opts[name]
+            ):
+                opts[name] = tuple(opts[name])  # an explicit list of {dim: (low, high)} plans
             elif name in opts and not isinstance(opts[name], Mapping):
                 example = "{'s': [(1, 1), (2, 512)]}" if name == "buckets" else "{'s': 128}"
                 raise CompileError(
@@ -96,10 +103,17 @@ class CompileOptions:
                              confirm=self.search_confirm)  # fmt: skip
 
 
-def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
-    """Every combination of the bucketed dims' (low, high) ranges (CompileError for a malformed spec)."""
+def bucket_bounds(graph: Graph, buckets) -> list[Bounds]:
+    """One bounds dict per plan: the cartesian product of `{dim: [ranges]}`, or an explicit list of
+    plans `[{dim: (lo, hi)}, ...]` (when only some combinations occur, e.g. decode s = r = 1 and
+    prefill s >= 2, r <= s). CompileError for a malformed spec."""
+    if isinstance(buckets, (list, tuple)) and buckets and all(isinstance(p, Mapping) for p in buckets):
+        return [b for plan in buckets for b in bucket_bounds(graph, {d: [r] for d, r in plan.items()})]
     if not isinstance(buckets, Mapping):
-        raise CompileError(f"buckets={buckets!r}: give a dict of dim name -> list of (low, high) ranges")
+        raise CompileError(
+            f"buckets={buckets!r}: give a dict of dim name -> list of (low, high) ranges, "
+            "or a list of {dim: (low, high)} plans"
+        )
     dims = graph.dims()
     for d, ranges in buckets.items():
         if not isinstance(d, str) or d not in dims:
@@ -126,10 +140,14 @@ class BucketExecutor:
     def __init__(self, plans: list[tuple[Bounds, Executor]]):
         self.plans = plans
 
-    def run(self, feed, env):
+    def run(self, feed, env, **kw):
+        return self.select(env).run(feed, env, **kw)
+
+    def select(self, env) -> Executor:
+        """The plan whose bucket holds the dims `env` (InputError when none does)."""
         for bounds, ex in self.plans:
             if all(lo <= env[d] <= hi for d, (lo, hi) in bounds.items()):
-                return ex.run(feed, env)
+                return ex
         have = "; ".join(", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in b.items()) for b, _ in self.plans)
         now = ", ".join(f"{d}={env[d]}" for d in sorted({d for b, _ in self.plans for d in b}))
         raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")

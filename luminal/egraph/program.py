@@ -27,7 +27,7 @@ from luminal.shape.tracker import contiguous_strides
 
 HERE = Path(__file__).parent
 BASE_FILES = ("base.egg",)
-CORE_RULE_FILES = ("expr.egg", "interval.egg", "cleanup.egg")
+CORE_RULE_FILES = ("expr.egg", "interval.egg", "cleanup.egg", "state.egg")
 CHUNK = 2000  # commands per parse_program call
 
 
@@ -127,6 +127,7 @@ def serialize_graph(
         cmds.append(f"(set (dtype {name}) ({node.dtype.egglog}))")
     for lst, strides in dict.fromkeys(row_major):
         cmds.append(f"(union (RowMajor {lst}) {strides})")
+    cmds += state_facts(graph, names)
     outs = [names[o] for o in graph.outputs.values()]
     root = outs[-1]
     for o in reversed(outs[:-1]):
@@ -140,6 +141,21 @@ def serialize_graph(
         cmds.append(f"(set (lower {e}) {int(lo)})")
         cmds.append(f"(set (upper {e}) {int(hi)})")
     return GraphProgram(tuple(cmds), names, len(names))
+
+
+def state_facts(graph: Graph, names: Mapping[int, str]) -> list[str]:
+    """`(InPlaceState $tN)` for every persistent input that exactly one live node reads, in one
+    input slot (luminal/egraph/state.egg): the fact the `buffer_reuse` rules need to update it in place."""
+    reads: dict[int, int] = {}
+    for i in names:
+        for s in graph.nodes[i].inputs:
+            reads[s] = reads.get(s, 0) + 1
+    out = []
+    for label in sorted(graph.persistent):
+        i = graph.inputs[label]
+        if i in names and reads.get(i, 0) == 1:
+            out.append(f"(InPlaceState {names[i]})")
+    return out
 
 
 def _term(name: str, sort_class: str, args: list[str], ins: list[str]) -> str:

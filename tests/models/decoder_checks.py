@@ -29,7 +29,7 @@ def check_golden(load, name: str, dtype: str = "f32", backend: str = "reference"
 def check_runs_in(dec, logits: np.ndarray, name: str, dtype: str) -> None:
     """The model really computed in `dtype` (the 16-bit tolerance also admits an f32 run): the KV
     cache has that dtype and the logits carry its rounding, away from transformers' f32 ones."""
-    assert {v.dtype for v in dec.state.values()} == {to_dtype(dtype).np}, f"{name}: KV cache dtype"
+    assert set(dec.cache_dtypes.values()) == {to_dtype(dtype).np}, f"{name}: KV cache dtype"
     if dtype != "f32":
         err = np.abs(logits - golden(name)["logits"]).max()  # an f32 run: < 1e-6
         assert err > 1e-5, f"{name}: {dtype} logits equal the f32 ones"

@@ -12,31 +12,6 @@ from luminal.models.engine import Sampler, Stats
 from tests.models.conftest import GOLDENS
 
 
-def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
-    logits = np.array([0.1, 2.0, -1.0, 1.9])
-    rng = np.random.default_rng(0)
-    assert Sampler()(logits, rng) == 1
-    assert Sampler(temperature=1.0, top_k=1)(logits, rng) == 1
-    assert Sampler(temperature=1.0, top_p=1e-6)(logits, rng) == 1
-
-
-def test_sampler_is_seeded_and_respects_top_k():
-    logits = np.zeros(50)
-    a = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
-    b = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
-    assert a == b and len(set(a)) > 5
-    logits = np.arange(10.0)
-    rng = np.random.default_rng(0)
-    assert {Sampler(5.0, top_k=3)(logits, rng) for _ in range(200)} == {7, 8, 9}
-
-
-def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
-    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
-    rng = np.random.default_rng(0)
-    assert {Sampler(1.0, top_p=0.7)(logits, rng) for _ in range(300)} == {0, 1}
-    assert {Sampler(1.0, top_p=0.5)(logits, rng) for _ in range(100)} == {0}  # HF keeps the 0.5 token only
-
-
 def test_generate_stops_at_stop_token_and_reports_stats():
     model = llama.load(GOLDENS / "llama", backend="reference")
     ids = [5, 6, 7]
@@ -198,7 +173,7 @@ def test_auto_dtype_without_a_config_key_is_the_stored_one(copy_golden, monkeypa
     monkeypatch.setattr(common, "resolve_backend", lambda b: "cuda")  # `auto` as on a GPU machine...
     model = qwen.load(d, backend="reference")  # ...while running on the reference backend
     model.logits([1, 2])
-    assert {v.dtype for v in model.decoder.state.values()} == {np.dtype(ml_dtypes.bfloat16)}
+    assert set(model.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}
 
 
 def test_weights_stream_one_tensor_at_a_time_without_copying_stored_dtype(tmp_path):
@@ -238,7 +213,7 @@ def test_bf16_stored_checkpoint_equals_converted_one(copy_golden):
     stored = qwen.load(d, backend="reference", dtype="bf16")
     np.testing.assert_array_equal(stored.logits(ids), qwen.load(GOLDENS / "qwen3", backend="reference",
                                                                 dtype="bf16").logits(ids))  # fmt: skip
-    assert all(v.dtype == ml_dtypes.bfloat16 for v in stored.decoder.state.values())  # the KV cache
+    assert set(stored.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}  # the KV cache
 
 
 def test_random_preset_in_bf16_runs_with_a_bf16_cache():
@@ -249,7 +224,7 @@ def test_random_preset_in_bf16_runs_with_a_bf16_cache():
     model = load_random_preset(cfg, "reference", 16, 2, 0, gemma.Transformer, "bf16")
     out = model.generate([1, 2, 3], 3, stop_ids=())
     assert len(out) == 3 and all(0 <= t < 300 for t in out)
-    assert {v.dtype for v in model.decoder.state.values()} == {np.dtype(ml_dtypes.bfloat16)}
+    assert set(model.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}
     logits = model.logits([1, 2, 3])
     assert logits.dtype == np.float32 and np.isfinite(logits).all() and logits.std() > 0
 

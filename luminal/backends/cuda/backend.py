@@ -23,7 +23,7 @@ from luminal.backends.cuda.kernels.io import KernelConstant
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
-from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle, with_buffer_reuse
 from luminal.errors import LuminalError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
@@ -31,9 +31,10 @@ from luminal.shape.expr import Z
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW)
+BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/inplace.egg)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, BUFFER_REUSE)
 log = logging.getLogger(__name__)
-PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+PHASES = with_buffer_reuse(main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW]), BUFFER_REUSE)
 
 
 def matmul_ops() -> tuple:
