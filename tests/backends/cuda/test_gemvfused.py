@@ -1,0 +1,241 @@
+"""KernelGemvFused (kernels/gemvfused.py, gemvfused.egg): the decode GEMV fused with a row
+normalization prologue, a residual / bias epilogue and the gated act(gate) * up of two GEMVs.
+
+CPU: the preferred plan of each block at s = 1 is the expected number of launches with the fused
+op in it (and none where the rules must not fire), every sampled extraction equals the reference,
+the kernels compile with NVRTC for sm_90, plans survive the LLIR JSON round trip; a 1-layer
+llama-3.2-1b-shaped decode graph uses the fused op and needs fewer launches than without it.
+GPU (`cuda`): the same blocks and extractions against the reference on the device.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.backend import CudaBackend
+from luminal.backends.cuda.host import HostOp
+from luminal.backends.cuda.kernel import KernelOp, source
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS, KernelGemvFused
+from luminal.egraph.compile import build_egraph, preference
+from luminal.egraph.llir import LLIRGraph
+from luminal.egraph.search import sample_genomes
+from luminal.hlir import HLIR_OPS
+from tests.backends.cuda.test_lowering import CpuCudaBackend
+from tests.helpers import assert_matches
+
+SLOTS = {"s": 0, "!error": 1}
+D, H = 64, 96  # model dim, hidden
+
+
+def _norm(g, x, dt, name="w"):
+    w = g.tensor(name, (D,), dt).persist()
+    return (x.cast(lm.f32).rms_norm(-1, 1e-5) * w.cast(lm.f32)).cast(dt)
+
+
+def _lin(g, x, name, d_in, d_out, dt):
+    return x @ g.tensor(name, (d_out, d_in), dt).persist().T
+
+
+def _prologue(g, dt):
+    x = g.tensor("x", ("s", D), dt)
+    return _lin(g, _norm(g, x, dt), "W", D, H, dt)
+
+
+def _residual(g, dt):
+    x, h = g.tensor("x", ("s", D), dt), g.tensor("h", ("s", H), dt)
+    return h + _lin(g, x, "W", D, H, dt)
+
+
+def _bias_first(g, dt):
+    x, b = g.tensor("x", ("s", D), dt), g.tensor("b", (H,), dt).persist()
+    return b.unsqueeze(0) + _lin(g, x, "W", D, H, dt)
+
+
+def _gated(g, dt, act="silu"):
+    x = g.tensor("x", ("s", D), dt)
+    a = getattr(_lin(g, x, "Wg", D, H, dt), act)()
+    return a * _lin(g, x, "Wu", D, H, dt)
+
+
+def _up_gated(g, dt):  # up * act(gate): the product the other way round
+    x = g.tensor("x", ("s", D), dt)
+    return _lin(g, x, "Wu", D, H, dt) * _lin(g, x, "Wg", D, H, dt).gelu_tanh()
+
+
+def _mlp_block(g, dt):
+    """Llama's MLP half-block: h + down(silu(gate(norm(h))) * up(norm(h)))."""
+    h = g.tensor("h", ("s", D), dt)
+    x = _norm(g, h, dt)
+    a = _lin(g, x, "Wg", D, H, dt).silu() * _lin(g, x, "Wu", D, H, dt)
+    return h + _lin(g, a, "Wd", H, D, dt)
+
+
+def _plain(g, dt):  # x read from its buffer: nothing to fuse, the plain decode GEMV
+    return _lin(g, g.tensor("x", ("s", D), dt), "W", D, H, dt)
+
+
+# name -> (build, launches in the preferred plan at s = 1, of them KernelGemvFused)
+BLOCKS = {
+    "prologue": (_prologue, 1, 1),
+    "residual": (_residual, 1, 1),
+    "bias_first": (_bias_first, 1, 1),
+    "gated_silu": (_gated, 1, 1),
+    "gated_gelu_tanh": (lambda g, dt: _gated(g, dt, "gelu_tanh"), 1, 1),
+    "up_gated": (_up_gated, 1, 1),
+    "mlp_block": (_mlp_block, 2, 2),
+    "plain": (_plain, 1, 0),
+}
+
+
+def _graph(name: str, dt) -> lm.Graph:
+    g = lm.Graph()
+    BLOCKS[name][0](g, dt).output("y")
+    return g
+
+
+def _feed(g: lm.Graph, env: dict, seed: int) -> dict:
+    """Uniform inputs; weight matrices (W*, (out, in)) scaled by 1/sqrt(in) as in trained models, so
+    every value stays O(1) and a tolerance relative to it means what it says."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, sh in g.input_shapes.items():
+        shape = tuple(int(d.evaluate(env)) for d in sh)
+        scale = shape[-1] ** -0.5 if n.startswith("W") else 1.0
+        out[n] = (rng.uniform(-1, 1, shape) * scale).astype(g.nodes[g.inputs[n]].dtype.np)
+    return out
+
+
+def _preferred(g: lm.Graph, backend=None, bounds=None) -> LLIRGraph:
+    b = backend or CpuCudaBackend()
+    view = build_egraph(g, b, bounds if bounds is not None else {"s": (1, 1)})
+    return view.extract(view.repair(view.preferred_genome(preference(b))))
+
+
+def _launches(llir: LLIRGraph) -> list:
+    return [n.op for n in llir.nodes if isinstance(n.op, (KernelOp, HostOp))]
+
+
+def _compiles(ops) -> None:
+    kernels = [op.render(SLOTS) for op in ops if isinstance(op, KernelOp)]
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("dt", [lm.f32, lm.bf16], ids=str)
+def test_preferred_plan_fuses_at_s1(name, dt):
+    g = _graph(name, dt)
+    llir = _preferred(g)
+    ops = _launches(llir)
+    _, want, want_fused = BLOCKS[name]
+    fused = [op for op in ops if isinstance(op, KernelGemvFused)]
+    assert (len(ops), len(fused)) == (want, want_fused), llir.op_counts()
+    _compiles(ops)
+    classes = {c.__name__: c for c in (*HLIR_OPS, *CudaBackend.ops)}
+    assert LLIRGraph.from_json(llir.to_json(), classes).fingerprint() == llir.fingerprint()
+    feed = _feed(g, {"s": 1}, 3)
+    want_y = g.compile("reference", cache=False).run(feed)["y"]
+    got = CpuCudaBackend().load(llir).run(feed, {"s": 1})["y"]
+    assert_matches(np.asarray(got).reshape(want_y.shape), want_y, dt, 1.0, f"{name} {llir.op_counts()}")
+
+
+def test_what_each_fused_op_holds():
+    (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
+    assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
+    kinds = {type(n.op).__name__ for n in pro.nodes()}
+    assert {"KernelSumReduce", "KernelSqrt", "KernelRecip", "KernelAcc"} <= kinds, kinds
+    (res,) = _launches(_preferred(_graph("residual", lm.bf16)))
+    assert res.x == () and type(res.epi[0].op).__name__ == "KernelAdd", res  # x read from its buffer
+    (gated,) = _launches(_preferred(_graph("gated_silu", lm.bf16)))
+    assert len(gated.ns) == 2 and gated.out_size() is gated.ns[0], gated
+    down = [op for op in _launches(_preferred(_graph("mlp_block", lm.bf16))) if op.epi and op.m == 1]
+    assert len(down) == 1 and down[0].x == (), down  # the gated product is read, not recomputed per block
+
+
+def test_rules_do_not_fire_off_decode():
+    """s unbounded (prefill): no m = 1 GEMV, so no fused GEMV; the kernel plan stays correct."""
+    for name in ("prologue", "residual", "gated_silu"):
+        g = _graph(name, lm.f32)
+        llir = _preferred(g, bounds={})
+        assert not any(isinstance(op, KernelGemvFused) for op in _launches(llir)), (name, llir.op_counts())
+
+
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "up_gated", "mlp_block"])
+def test_every_sampled_extraction_matches_the_reference(name):
+    g = _graph(name, lm.f32)
+    view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
+    feed = _feed(g, {"s": 1}, 1)
+    want = g.compile("reference", cache=False).run(feed)["y"]
+    llirs = sample_genomes(view, 16, seed=5)
+    assert any(isinstance(n.op, KernelGemvFused) for ll in llirs for n in ll.nodes)
+    assert any(not any(isinstance(n.op, KernelGemvFused) for n in ll.nodes) for ll in llirs)  # unfused too
+    for llir in llirs:
+        got = CpuCudaBackend().load(llir).run(feed, {"s": 1})["y"]
+        assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, f"{name} {llir.op_counts()}")
+
+
+class _Unfused(CpuCudaBackend):
+    """The same rules, without the fused GEMV ops (extraction cannot choose them): the plan before."""
+
+    ops = tuple(c for c in CpuCudaBackend.ops if c not in GEMV_FUSED_OPS)
+
+
+def llama_layer_launches(dtype=lm.f32) -> tuple[dict, dict]:
+    """Op counts of the preferred decode plan (s = 1) of a 1-layer llama-3.2-1b-shaped graph (vocab
+    1024), without and with the fused GEMVs."""
+    from luminal.models import llama
+
+    cfg = replace(llama.CONFIGS["llama-3.2-1b"], n_layers=1, vocab_size=1024)
+    g = llama.Transformer(cfg, 256).graph
+    if dtype != lm.f32:
+        pytest.skip("the zoo builds f32 graphs here")
+    out = []
+    for backend in (_Unfused(), CpuCudaBackend()):
+        llir = _preferred(g, backend, {"s": (1, 1), "r": (1, 1)})
+        ops = _launches(llir)
+        out.append({"launches": len(ops), **{k: v for k, v in llir.op_counts().items() if k not in ("Input", "Output")}})
+    return out[0], out[1]
+
+
+def test_llama_decode_layer_uses_fused_gemvs():
+    before, after = llama_layer_launches()
+    print(f"\nllama-3.2-1b, 1 layer, vocab 1024, s = 1 -- launches before: {before}\n  after: {after}")
+    assert after.get("KernelGemvFused", 0) >= 5, after  # q, k, v with the norm; gate/up/act; down + residual
+    assert after["launches"] < before["launches"], (before, after)
+
+
+# -- GPU ------------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("dt", [lm.f32, lm.f16, lm.bf16], ids=str)
+def test_fused_gemv_blocks_on_the_gpu(name, dt):
+    g = _graph(name, dt)
+    m = g.compile("cuda", cache=False, buckets={"s": [(1, 1)]})
+    ref = g.compile("reference", cache=False)
+    for seed in range(3):
+        feed = _feed(g, {"s": 1}, seed)
+        assert_matches(m.run(feed)["y"], ref.run(feed)["y"], dt, 2.0, f"{name} {m.plans[0].op_counts()}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "mlp_block"])
+def test_every_sampled_extraction_agrees_on_the_gpu(name):
+    g = _graph(name, lm.bf16)
+    backend = CudaBackend()
+    view = build_egraph(g, backend, {"s": (1, 1)})
+    feed = _feed(g, {"s": 1}, 5)
+    want = g.compile("reference", cache=False).run(feed)["y"]
+    rng = random.Random(0)
+    seen = set()
+    for gen in [view.preferred_genome(preference(backend))] + [view.random_genome(rng) for _ in range(12)]:
+        llir = view.extract(view.repair(gen))
+        if llir.fingerprint() in seen:
+            continue
+        seen.add(llir.fingerprint())
+        got = backend.load(llir).run(feed, {"s": 1})["y"]
+        assert_matches(got.reshape(want.shape), want, lm.bf16, 2.0, f"{name} {llir.op_counts()}")
