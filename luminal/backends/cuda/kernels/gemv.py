@@ -172,10 +172,9 @@ class KernelGemv(KernelOp):
         dt = self.dtype
         check_gemv(type(self).__name__, dt, self.k, (self.ld,))
         v = variant or DEFAULT[dt]
-        src = GemvSource(
-            dtype=dt, kv=self.k.value // _DOT[dt][0], weights=(("in1", self.ld.value),), n=c_expr(self.n),
-            zip=True, x="in0", params=(dt, dt), store=f"out[row] = {store(dt, 'acc0')};", out=dt,
-        )
+        src = GemvSource(dtype=dt, kv=self.k.value // _DOT[dt][0], weights=(("in1", self.ld.value),),
+                         n=c_expr(self.n), zip=True, x="in0", params=(dt, dt),
+                         store=f"out[row] = {store(dt, 'acc0')};", out=dt)  # fmt: skip
         name, code = name_code(self.prefix, gemv_code(v, src, dim_decls(self.dim_names(), slots)))
         return Kernel(code, (Launch(name, ceil_div(self.n, num(v.rows_per_block)), v.block),), headers(dt))
 
