@@ -21,7 +21,7 @@ from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.backend import CudaBackend
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import KernelOp, source
-from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS, KernelGemvFused
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS, KernelGemvFused, KernelSlice
 from luminal.egraph.compile import build_egraph, preference
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.search import sample_genomes
@@ -29,7 +29,7 @@ from luminal.hlir import HLIR_OPS
 from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.helpers import assert_matches
 
-SLOTS = {"s": 0, "!error": 1}
+SLOTS = {"s": 0, "p": 1, "r": 2, "!error": 3}
 D, H = 64, 96  # model dim, hidden
 
 
@@ -76,6 +76,14 @@ def _mlp_block(g, dt):
     return h + _lin(g, a, "Wd", H, D, dt)
 
 
+def _qkv(g, dt):
+    """Three projections of one normalized x (widths 96, 32, 32): one stacked GEMV, three slices."""
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    _lin(g, x, "Wk", D, 32, dt).output("k")
+    (_lin(g, x, "Wv", D, 32, dt) * 2.0).output("v")
+    return _lin(g, x, "Wq", D, H, dt)
+
+
 def _plain(g, dt):  # x read from its buffer: nothing to fuse, the plain decode GEMV
     return _lin(g, g.tensor("x", ("s", D), dt), "W", D, H, dt)
 
@@ -89,6 +97,7 @@ BLOCKS = {
     "gated_gelu_tanh": (lambda g, dt: _gated(g, dt, "gelu_tanh"), 1, 1),
     "up_gated": (_up_gated, 1, 1),
     "mlp_block": (_mlp_block, 2, 2),
+    "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
     "plain": (_plain, 1, 0),
 }
 
@@ -118,7 +127,20 @@ def _preferred(g: lm.Graph, backend=None, bounds=None) -> LLIRGraph:
 
 
 def _launches(llir: LLIRGraph) -> list:
-    return [n.op for n in llir.nodes if isinstance(n.op, (KernelOp, HostOp))]
+    """The ops that launch work: kernels and library calls, less aliases (a view of their input)."""
+    return [n.op for n in llir.nodes if isinstance(n.op, (KernelOp, HostOp)) and getattr(n.op, "alias", _no)() is None]
+
+
+def _no():
+    return None
+
+
+def _check(g: lm.Graph, llir: LLIRGraph, feed: dict, dt, what: str, run=None) -> None:
+    """Every output of `llir` (run by reference semantics, or `run`) against the reference."""
+    want = g.compile("reference", cache=False).run(feed)
+    got = (run or CpuCudaBackend().load(llir).run)(feed, {"s": 1})
+    for name, arr in want.items():
+        assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, dt, 1.0, f"{what}/{name} {llir.op_counts()}")
 
 
 def _compiles(ops) -> None:
@@ -138,10 +160,7 @@ def test_preferred_plan_fuses_at_s1(name, dt):
     _compiles(ops)
     classes = {c.__name__: c for c in (*HLIR_OPS, *CudaBackend.ops)}
     assert LLIRGraph.from_json(llir.to_json(), classes).fingerprint() == llir.fingerprint()
-    feed = _feed(g, {"s": 1}, 3)
-    want_y = g.compile("reference", cache=False).run(feed)["y"]
-    got = CpuCudaBackend().load(llir).run(feed, {"s": 1})["y"]
-    assert_matches(np.asarray(got).reshape(want_y.shape), want_y, dt, 1.0, f"{name} {llir.op_counts()}")
+    _check(g, llir, _feed(g, {"s": 1}, 3), dt, name)
 
 
 def test_what_each_fused_op_holds():
@@ -165,18 +184,16 @@ def test_rules_do_not_fire_off_decode():
         assert not any(isinstance(op, KernelGemvFused) for op in _launches(llir)), (name, llir.op_counts())
 
 
-@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "up_gated", "mlp_block"])
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "up_gated", "mlp_block", "qkv"])
 def test_every_sampled_extraction_matches_the_reference(name):
     g = _graph(name, lm.f32)
     view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
     feed = _feed(g, {"s": 1}, 1)
-    want = g.compile("reference", cache=False).run(feed)["y"]
     llirs = sample_genomes(view, 16, seed=5)
     assert any(isinstance(n.op, KernelGemvFused) for ll in llirs for n in ll.nodes)
     assert any(not any(isinstance(n.op, KernelGemvFused) for n in ll.nodes) for ll in llirs)  # unfused too
     for llir in llirs:
-        got = CpuCudaBackend().load(llir).run(feed, {"s": 1})["y"]
-        assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, f"{name} {llir.op_counts()}")
+        _check(g, llir, feed, lm.f32, name)
 
 
 class _Unfused(CpuCudaBackend):
@@ -185,28 +202,38 @@ class _Unfused(CpuCudaBackend):
     ops = tuple(c for c in CpuCudaBackend.ops if c not in GEMV_FUSED_OPS)
 
 
-def llama_layer_launches(dtype=lm.f32) -> tuple[dict, dict]:
-    """Op counts of the preferred decode plan (s = 1) of a 1-layer llama-3.2-1b-shaped graph (vocab
-    1024), without and with the fused GEMVs."""
+def llama_layer_plans(dtype=lm.f32) -> tuple[LLIRGraph, LLIRGraph]:
+    """The preferred decode plans (s = 1) of a 1-layer llama-3.2-1b-shaped graph (vocab 1024),
+    without and with the fused GEMVs."""
     from luminal.models import llama
 
     cfg = replace(llama.CONFIGS["llama-3.2-1b"], n_layers=1, vocab_size=1024)
     g = llama.Transformer(cfg, 256).graph
-    if dtype != lm.f32:
-        pytest.skip("the zoo builds f32 graphs here")
-    out = []
-    for backend in (_Unfused(), CpuCudaBackend()):
-        llir = _preferred(g, backend, {"s": (1, 1), "r": (1, 1)})
-        counts = {k: v for k, v in llir.op_counts().items() if k not in ("Input", "Output")}
-        out.append({"launches": len(_launches(llir)), **counts})
-    return out[0], out[1]
+    before, after = (_preferred(g, b, {"s": (1, 1), "r": (1, 1)}) for b in (_Unfused(), CpuCudaBackend()))
+    return before, after
+
+
+def launch_summary(llir: LLIRGraph) -> dict:
+    counts = {k: v for k, v in llir.op_counts().items() if k not in ("Input", "Output")}
+    return {"launches": len(_launches(llir)), **counts}
 
 
 def test_llama_decode_layer_uses_fused_gemvs():
-    before, after = llama_layer_launches()
-    print(f"\nllama-3.2-1b, 1 layer, vocab 1024, s = 1 -- launches before: {before}\n  after: {after}")
-    assert after.get("KernelGemvFused", 0) >= 5, after  # q, k, v with the norm; gate/up/act; down + residual
-    assert after["launches"] < before["launches"], (before, after)
+    before, after = llama_layer_plans()
+    print(f"\nllama-3.2-1b, 1 layer, vocab 1024, s = 1 -- before: {launch_summary(before)}\n"
+          f"  after: {launch_summary(after)}")  # fmt: skip
+    fused = [n.op for n in after.nodes if isinstance(n.op, KernelGemvFused)]
+    shapes = sorted((tuple(int(e.value) for e in op.ns), bool(op.x), type(op.epi[0].op).__name__ if op.epi else None)
+                    for op in fused)  # fmt: skip
+    assert shapes == [
+        ((1024,), True, "KernelAcc"),  # lm_head with the final norm
+        ((2048,), False, "KernelAdd"),  # down_proj + residual (reads the gated product)
+        ((2048, 512, 512), True, None),  # q, k, v stacked, with the attention norm
+        ((8192, 8192), True, "KernelMul"),  # gate, up and silu(gate) * up, with the MLP norm
+    ], shapes
+    assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 3
+    assert len(_launches(after)) <= len(_launches(before)) - 8, (launch_summary(before), launch_summary(after))
+    _compiles(_launches(after))
 
 
 # -- GPU ------------------------------------------------------------------------------------------------
@@ -219,17 +246,18 @@ def test_fused_gemv_blocks_on_the_gpu(name, dt):
     ref = g.compile("reference", cache=False)
     for seed in range(3):
         feed = _feed(g, {"s": 1}, seed)
-        assert_matches(m.run(feed)["y"], ref.run(feed)["y"], dt, 2.0, f"{name} {m.plans[0].op_counts()}")
+        got, want = m.run(feed), ref.run(feed)
+        for out, arr in want.items():
+            assert_matches(got[out], arr, dt, 2.0, f"{name}/{out} {m.plans[0].op_counts()}")
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "mlp_block"])
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "mlp_block", "qkv"])
 def test_every_sampled_extraction_agrees_on_the_gpu(name):
     g = _graph(name, lm.bf16)
     backend = CudaBackend()
     view = build_egraph(g, backend, {"s": (1, 1)})
     feed = _feed(g, {"s": 1}, 5)
-    want = g.compile("reference", cache=False).run(feed)["y"]
     rng = random.Random(0)
     seen = set()
     for gen in [view.preferred_genome(preference(backend))] + [view.random_genome(rng) for _ in range(12)]:
@@ -237,5 +265,4 @@ def test_every_sampled_extraction_agrees_on_the_gpu(name):
         if llir.fingerprint() in seen:
             continue
         seen.add(llir.fingerprint())
-        got = backend.load(llir).run(feed, {"s": 1})["y"]
-        assert_matches(got.reshape(want.shape), want, lm.bf16, 2.0, f"{name} {llir.op_counts()}")
+        _check(g, llir, feed, lm.bf16, name, backend.load(llir).run)

@@ -28,7 +28,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, c_expr, dim_decls, headers, name_code, store
+from luminal.backends.cuda.kernel import (
+    Kernel,
+    KernelOp,
+    Launch,
+    c_expr,
+    dim_decls,
+    elementwise,
+    headers,
+    name_code,
+    store,
+)
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.fused import arg_dtype, row_code, row_coords
 from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, X_SMEM_MAX, GemvSource, GemvVariant, check_gemv, gemv_code
@@ -256,4 +266,39 @@ def _coords(row: Expression, shape: EList) -> tuple:
     return tuple(out)
 
 
-GEMV_FUSED_OPS = (KernelGemvFused, KernelAcc)
+@dataclass(frozen=True)
+class KernelSlice(KernelOp):
+    """Elements offset .. offset + n - 1 of input 0 (dtype `dtype`): one product of a stacked
+    KernelGemvFused. An alias (`alias()`: the runtime gives it input 0's bytes from that offset,
+    no copy and no launch); `render` is the copy a runtime without aliasing launches instead."""
+
+    offset: Expression
+    n: Expression
+    dtype: DType
+    n_inputs: ClassVar[int] = 1
+    prefix: ClassVar[str] = "slice"
+
+    def alias(self) -> tuple[int, Expression]:
+        return 0, self.offset * num(self.dtype.itemsize)
+
+    def out_dtype(self, in_dtypes):
+        return self.dtype
+
+    def out_size(self) -> Expression:
+        return self.n
+
+    def input_views(self):
+        return (((self.n,), (z + self.offset,)),)
+
+    def reference(self, ins, in_dtypes, env):
+        off, n = int(self.offset.evaluate(env)), int(self.n.evaluate(env))
+        return np.array(np.asarray(ins[0])[off : off + n])
+
+    def render(self, slots) -> Kernel:
+        decls = dim_decls(self.dim_names(), slots)
+        body = f"      out[i] = in0[i + {c_expr(self.offset)}];"
+        return elementwise(self.prefix, self.dtype, [self.dtype], self.n, body, decls, headers(self.dtype))
+
+
+# preference order (backend.py): a slice of the stacked q/k/v GEMV before a GEMV of its own
+GEMV_FUSED_OPS = (KernelSlice, KernelGemvFused, KernelAcc)
