@@ -11,6 +11,7 @@ GPU (`cuda`): the same blocks and extractions against the reference on the devic
 from __future__ import annotations
 
 import random
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -234,6 +235,77 @@ def test_llama_decode_layer_uses_fused_gemvs():
     assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 3
     assert len(_launches(after)) <= len(_launches(before)) - 8, (launch_summary(before), launch_summary(after))
     _compiles(_launches(after))
+
+
+# -- the generated C on the CPU (g++, one std::thread per CUDA thread: tests/backends/cuda/test_gemv.py) -----
+_RUN = r"""
+extern "C" void run_{name}(void** a, const long long* dims, int grid, int block) {{
+  std::barrier<> bar(block); block_bar = &bar;  // one thread per CUDA thread, reused block after block
+  for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < block; ++t)
+    ts.emplace_back([=, &bar] {{
+      threadIdx.x = t;
+      for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims); bar.arrive_and_wait(); }}
+    }});
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < block / 32; ++i) delete warp_bar[i];
+}}
+"""
+_CTYPE = {lm.f32: "float", lm.bf16: "__nv_bfloat16"}
+
+
+class _OnCpu:
+    """A KernelGemvFused whose `reference` runs its rendered CUDA C (compiled by g++) instead."""
+
+    def __init__(self, op: KernelGemvFused, kernel, so):
+        self.op, self.kernel, self.fn = op, kernel, getattr(so, f"run_{kernel.launches[0].name}")
+
+    def reference(self, ins, in_dtypes, env):
+        import ctypes
+
+        out = np.full(int(self.op.out_size().evaluate(env)) + 1, np.nan, self.op.out_dtype(in_dtypes).np)
+        bufs = [out, *(np.ascontiguousarray(x) for x in ins)]
+        ptrs = (ctypes.c_void_p * len(bufs))(*(b.ctypes.data for b in bufs))
+        dims = np.array([env.get(k, 0) for k in sorted(SLOTS, key=SLOTS.get)], np.int64)
+        (ln,) = self.kernel.launches
+        self.fn(ptrs, ctypes.c_void_p(dims.ctypes.data), int(ln.grid.evaluate(env)), ln.block)
+        assert np.isnan(out[-1].astype(np.float32)), "the kernel wrote past its output"
+        return out[:-1]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
+def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, dt=lm.bf16):
+    """bf16 (the dtype the zoo decodes in; f32 differs only in the dot product, which test_gemv runs):
+    the prologue, both epilogues, the gated pair and the stacked q/k/v."""
+    import ctypes
+    import subprocess
+    from types import SimpleNamespace
+
+    from luminal.backends.cuda.kernel import PRELUDE
+    from luminal.backends.reference.executor import ReferenceExecutor
+    from tests.backends.cuda.test_gemv import _SHIM
+
+    names = ("prologue", "mlp_block", "up_gated", "qkv")
+    plans = {name: _preferred(_graph(name, dt)) for name in names}
+    ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
+    kernels = {op: op.render(SLOTS) for op in ops}
+    runs = ""
+    for op, k in kernels.items():
+        params = [op.out_dtype((op.dtype,) * op.base + op.leaf_dtypes()), *(op.dtype,) * op.base, *op.leaf_dtypes()]
+        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params))
+        runs += _RUN.format(name=k.launches[0].name, args=args)
+    src, lib = tmp_path / "gemvfused.cpp", tmp_path / "gemvfused.so"
+    src.write_text(_SHIM + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
+    done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    so = ctypes.CDLL(str(lib))
+    for name, llir in plans.items():
+        g = _graph(name, dt)
+        nodes = [SimpleNamespace(op=_OnCpu(n.op, kernels[n.op], so), inputs=n.inputs, dtype=n.dtype)
+                 if isinstance(n.op, KernelGemvFused) else n for n in llir.nodes]  # fmt: skip
+        _check(g, llir, _feed(g, {"s": 1}, 7), dt, f"{name} on cpu", ReferenceExecutor(nodes, llir.outputs).run)
 
 
 # -- GPU ------------------------------------------------------------------------------------------------

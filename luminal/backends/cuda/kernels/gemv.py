@@ -248,7 +248,7 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     else:  # the weight whose stacked rows hold row rr
         sel, off = [], "0LL"
         for (p, ld), nq in zip(src.weights, src.ns, strict=True):
-            sel.append((f"rr < {off} + ({nq})", f"{p} + (rr - {off}) * {ld}LL"))
+            sel.append((f"rr < {off} + ({nq})", f"{p} + (rr - ({off})) * {ld}LL"))
             off = f"{off} + ({nq})"
         pick = sel[-1][1]
         for cond, ptr in reversed(sel[:-1]):
