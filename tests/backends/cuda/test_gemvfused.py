@@ -237,6 +237,27 @@ def test_llama_decode_layer_uses_fused_gemvs():
     _compiles(_launches(after))
 
 
+def test_the_cuda_runtime_runs_fused_plans_on_the_fake_device(monkeypatch):
+    """The runtime's view of the fused ops (inputs, views, arena, launches, graph replay), on the
+    fake driver (each launch runs the op's reference on the bytes behind its pointers)."""
+    from luminal.backends.cuda import runtime
+    from tests.backends.cuda import fake_driver
+
+    monkeypatch.setattr(runtime, "driver", fake_driver)
+    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
+    fake_driver.reset()
+    try:
+        for name in ("mlp_block", "qkv", "prologue"):
+            g = _graph(name, lm.bf16)
+            llir = _preferred(g)
+            ex = runtime.CudaExecutor(llir.nodes)
+            fake_driver.bind(ex)
+            for seed in (1, 2):
+                _check(g, llir, _feed(g, {"s": 1}, seed), lm.bf16, f"{name} fake device", ex.run)
+    finally:
+        fake_driver.reset()
+
+
 # -- the generated C on the CPU (g++, one std::thread per CUDA thread: tests/backends/cuda/test_gemv.py) -----
 _RUN = r"""
 extern "C" void run_{name}(void** a, const long long* dims, int grid, int block) {{
