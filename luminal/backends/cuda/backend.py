@@ -19,11 +19,12 @@ from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
-from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle, with_buffer_reuse
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, analysis, main_cycle, saturate, with_buffer_reuse
 from luminal.errors import LuminalError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
@@ -31,10 +32,14 @@ from luminal.shape.expr import Z
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
+GEMV_FACTS, GEMV_FUSE = "gemv_facts", "gemv_fuse"  # the decode GEMV fused with its neighbours (kernels/gemvfused.egg)
 BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/inplace.egg)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, BUFFER_REUSE)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE)
 log = logging.getLogger(__name__)
-PHASES = with_buffer_reuse(main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW]), BUFFER_REUSE)
+_MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+# after main: the facts to a fixpoint, then the fused GEMVs (with fusion_grow for the body classes they name)
+_GEMV = Phase(GEMV_FUSE, saturate(saturate(analysis(), GEMV_FACTS), saturate(analysis(), FUSION_GROW, GEMV_FUSE)))
+PHASES = with_buffer_reuse((_MAIN, _GEMV, _CLEANUP), BUFFER_REUSE)
 
 
 def matmul_ops() -> tuple:
@@ -47,7 +52,8 @@ def matmul_ops() -> tuple:
 
 class CudaBackend:
     name = "cuda"
-    ops = (*matmul_ops(), *KERNEL_OPS)  # preference order: library matmuls, GEMV, fused kernels, the rest
+    # preference order: fused GEMVs, library matmuls, GEMV, fused kernels, the rest
+    ops = (*GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES

@@ -27,6 +27,7 @@ their thread. Accumulation follows the unfused reduce kernels exactly (reduce.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from luminal.backends.cuda.kernel import EW_BLOCK, compute_type, load
@@ -152,8 +153,14 @@ TILE_MAX = 32  # a row loop of at most this many iterations per thread keeps its
 class Emitter:
     """Builds the statements of one fused kernel; see the module docstring."""
 
-    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True):
+    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True, base: int = 0,
+                 acc: Callable[[FNode, Position], str] | None = None):  # fmt: skip
+        """`in_dtypes`: the body's leaves; leaf i is the kernel parameter in{base + i}. `acc`: C name of
+        a value the kernel computes itself (a node whose op has `accumulator`, e.g. a GEMV's dot
+        product in its epilogue) at a position; the hook checks the position is the one it holds."""
         self.in_dtypes = in_dtypes
+        self.base = base
+        self.acc = acc
         self.group = group  # threads per row (cooperative reductions at row level)
         self.coords = coords
         self.strict = strict
@@ -234,9 +241,13 @@ class Emitter:
             if ix != "i":
                 self.flat_loads = False
             ref = self.local(sc, dt, name)
-            val = load(dt, f"in{e.index}[{ix}]")
+            val = load(dt, f"in{e.index + self.base}[{ix}]")
             sc.put(f"{ref} = {val};" if sc.tile else f"const {compute_type(dt)} {name} = {val};")
             res = (ref, dt, sc)
+        elif getattr(e.op, "accumulator", False):
+            if self.acc is None:
+                raise BackendError(f"{type(e.op).__name__} outside the kernel that computes it (codegen invariant)")
+            res = (self.acc(e, pos), e.op.out_dtype(()), self.root)
         elif isinstance(e.op, KernelReduce):
             res = self.reduce(e, pos)
         else:
