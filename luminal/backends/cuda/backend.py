@@ -16,6 +16,7 @@ from luminal.backends.cuda import driver, nvrtc
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
+from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.egraph.llir import LLIRGraph
@@ -26,8 +27,9 @@ from luminal.shape.expr import Z
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW)
-PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, ATTENTION)
+PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND, ATTENTION], [FUSION_GROW])
 
 
 def matmul_ops() -> tuple:
@@ -40,7 +42,8 @@ def matmul_ops() -> tuple:
 
 class CudaBackend:
     name = "cuda"
-    ops = (*matmul_ops(), *KERNEL_OPS)  # preference order: library matmuls, GEMV, fused kernels, the rest
+    # preference order: fused attention, library matmuls, GEMV, fused kernels, the rest
+    ops = (*ATTENTION_KERNELS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES
