@@ -51,7 +51,8 @@ LLAMA = llama.Config(vocab_size=64, dim=128, n_layers=1, n_heads=4, n_kv_heads=2
 QWEN3 = replace(qwen.CONFIGS["qwen3-0.6b"], vocab_size=64, dim=128, n_layers=1, n_heads=4, n_kv_heads=2,
                 hidden=96, head_dim=64)  # fmt: skip
 GEMMA = gemma.Config(vocab_size=64, dim=128, n_layers=2, n_heads=4, n_kv_heads=1, hidden=96, head_dim=64,
-                     query_pre_attn_scalar=48, sliding_window=5, layer_types=("sliding_attention", "full_attention"))  # fmt: skip
+                     query_pre_attn_scalar=48, sliding_window=5,
+                     layer_types=("sliding_attention", "full_attention"))  # fmt: skip
 WHISPER = whisper.Config(vocab_size=64, n_mels=8, dim=128, enc_layers=1, dec_layers=1, heads=2, ffn=96, audio_ctx=12,
                          text_ctx=16)  # fmt: skip
 
