@@ -20,7 +20,7 @@ from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.egraph.llir import LLIRGraph
-from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle, saturate
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
 
@@ -29,7 +29,10 @@ MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/c
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
 ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
 RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, ATTENTION)
-PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND, ATTENTION], [FUSION_GROW])
+# attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
+# iterations over a small e-graph instead of every iteration of the main cycle
+PHASES = (Phase("attention", saturate(ATTENTION)),
+          *main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW]))  # fmt: skip
 
 
 def matmul_ops() -> tuple:
