@@ -12,7 +12,8 @@ with NVRTC and launched through the driver on torch's tensors (same primary cont
 of the op in order, as the runtime would; a CUDA graph of back-to-back calls is replayed `reps` times
 between CUDA events, median per call. Decode calls cycle through copies of the cache (>= 256 MB in
 all) so the 50 MB L2 never holds the KV a call reads; torch's calls cycle through the same copies.
-Before timing, every output is checked against torch's math backend in f32 (max |diff| <= 2e-2 for bf16 outputs of magnitude ~1); a mismatch exits 1.
+Before timing, every output is checked against torch's math backend in f32 (max |diff| <= 2e-2 for
+bf16 outputs of magnitude ~1); a mismatch exits 1.
 """
 
 from __future__ import annotations
