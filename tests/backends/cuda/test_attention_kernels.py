@@ -145,3 +145,59 @@ def test_reference_is_attention_over_the_views():
         pr = np.exp(sc - sc.max(-1, keepdims=True))
         want = (pr / pr.sum(-1, keepdims=True)) @ vv[h // 2]
         np.testing.assert_allclose(got[h // 2, h % 2], want, rtol=1e-6, atol=1e-7)
+
+
+# -- GPU: every launch of the op through the driver -----------------------------------------------------
+def run_on_gpu(op: KernelAttention, q, k, v, env: dict) -> np.ndarray:
+    """Launch every kernel of the op in order (a gated-off launch as one block, as in a CUDA graph)."""
+    from luminal.backends.cuda import driver
+
+    dev = driver.device()
+    kern = op.render(SLOTS)
+    mod = driver.Module(nvrtc.compile_cubin(source([kern])))
+    dims = np.array([env["p"], env["s"], 0, 0], np.int64)
+    n = int(op.out_size().evaluate(env))
+    host = (np.full(n + 8, np.nan, op.dtype.np), q, k, v, dims)
+    bufs = [driver.DeviceBuffer(max(a.nbytes, 16)) for a in host]
+    for b, a in zip(bufs, host, strict=True):
+        driver.htod(b.ptr, a, dev.stream)
+    scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
+    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr])
+    for ln in kern.launches:
+        grid = max(1, int(ln.grid.evaluate(env)))
+        driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+    out = np.empty(n + 8, op.dtype.np)
+    driver.dtoh(out, bufs[0].ptr, dev.stream)
+    dev.synchronize()
+    assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
+    return out[:n]
+
+
+# (s, t) odd sizes: causal at past t - s where t >= s, cross-attention (non-causal) otherwise
+GPU_SIZES = [(1, 1), (1, 17), (1, 4097), (3, 17), (3, 4097), (127, 127), (127, 4097), (3, 1), (127, 17)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dt", [DType.f32, DType.f16, DType.bf16], ids=str)
+@pytest.mark.parametrize("hd", HEAD_DIMS)
+def test_kernels_against_f64_on_the_gpu(dt, hd):
+    for s, t in GPU_SIZES:
+        causal = t >= s
+        variants = (dict(), dict(window=9), dict(softcap=0.8, scale=1.7)) if hd == 128 else (dict(),)
+        for kw in variants if causal else (dict(),):
+            op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, causal=causal, t=None if causal else t, cap=4100, **kw)
+            env = {"s": s, "p": t - s if causal else 0}
+            q, k, v = inputs(op, env, seed=s * 7 + t)
+            got = run_on_gpu(op, q, k, v, env)
+            assert_matches(got, expected(op, q, k, v, env), dt, 1.0, f"s={s} t={t} {kw}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", ["dec-bf16-s1", "pre-bf16-s70-past-window"])
+def test_one_decode_and_one_prefill_on_the_gpu(case):
+    """The memcheck subset (scripts/gpu_attention.sh runs it under compute-sanitizer)."""
+    kw, s, p = CASES[case]
+    op = make_op(**kw)
+    env = {"s": s, "p": p}
+    q, k, v = inputs(op, env, seed=1)
+    assert_matches(run_on_gpu(op, q, k, v, env), expected(op, q, k, v, env), op.dtype, 1.0, case)
