@@ -98,7 +98,7 @@ def _block(dt=lm.f32, window=None, hd=64, cap=24, cache=True, groups=2, n_kv=2) 
     k, v = (g.tensor(n, ("s", n_kv, hd), dt).permute(1, 0, 2) for n in "kv")  # (n_kv, s, hd)
     past = p if cache else lm.shape.expr.ZERO
     if cache:
-        k, v = _Cache("cache.0", n_kv, cap, hd, dt).update(g, k, v, p)
+        k, v = _Cache("cache.0", n_kv, cap, hd, dt=dt).update(g, k, v, p)
     q = q.reshape(s, n_kv, groups, hd).permute(1, 2, 0, 3)  # (n_kv, groups, s, hd)
     mask = nn.causal_mask(g, s, past, k.shape[1], window)
     nn.attend(q, k, v, mask, hd**-0.5).output("y")
