@@ -52,18 +52,18 @@ def _op(cap: int):
 class Runner:
     """Every launch of one KernelAttention, one call per (out, q, k, v) pointer set, as a CUDA graph."""
 
-    def __init__(self, op, env: dict, ptr_sets: list[tuple[int, int, int, int]]):
+    def __init__(self, op, env: dict, ptr_sets: list[tuple[int, int, int, int]], variant=None):
         from luminal.backends.cuda import driver, nvrtc
         from luminal.backends.cuda.kernel import source
 
         slots = {"p": 0, "s": 1, "!error": 2}
-        kern = op.render(slots)
+        kern = op.render(slots, variant)
         self.mod = driver.Module(nvrtc.compile_cubin(source([kern])))
         dims = np.array([env["p"], env["s"], 0, 0], np.int64)
         self.dims = driver.DeviceBuffer(dims.nbytes)
         self.dev = driver.device()
         driver.htod(self.dims.ptr, dims, self.dev.stream)
-        scratch = int(op.scratch_bytes().evaluate(env))
+        scratch = int(op.scratch_bytes(variant).evaluate(env))
         self.scratch = driver.DeviceBuffer(max(scratch, 256))
         self.params = [driver.Params([*ptrs, self.dims.ptr, self.scratch.ptr]) for ptrs in ptr_sets]
         self.launches = [(self.mod.function(ln.name), max(1, int(ln.grid.evaluate(env))), ln.block, ln.shared)
@@ -136,7 +136,9 @@ def _sdpa(backend, q, k, v, causal: bool):
     return fn
 
 
-def bench_case(kind: str, size: int, reps: int) -> dict:
+def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
+    """One decode (context `size`) or prefill (`size` tokens) case; `variants` (decode schedules,
+    attention_decode.VARIANTS names) are timed next to the default."""
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -169,6 +171,20 @@ def bench_case(kind: str, size: int, reps: int) -> dict:
         return row
     t = run.time(reps)
     row["luminal_us"] = t * 1e6
+    from luminal.backends.cuda.kernels.attention_decode import VARIANTS
+
+    for name in variants if kind == "decode" else ():
+        alt = Runner(_op(ctx), env, ptrs, VARIANTS[name])
+        out.fill_(float("nan"))
+        alt.once()
+        torch.cuda.synchronize()
+        alt_err = float((out.reshape(1, N_Q, s, HD).float() - ref).abs().max())
+        us = alt.time(reps) * 1e6 if alt_err <= 2e-2 else None
+        row.setdefault("variants", {})[name] = {
+            "us": us,
+            "max_err": alt_err,
+            "pct_copy": None if not us else 100 * kv_bytes / (us * 1e-6) / COPY_BW,
+        }
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             fns = [_sdpa(be, tq, a.unsqueeze(0), b.unsqueeze(0), causal) for a, b in zip(ks, vs, strict=True)]
@@ -195,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
+    ap.add_argument("--sweep", action="store_true", help="also time every decode schedule (attention_decode.VARIANTS)")
     args = ap.parse_args(argv)
     from luminal.backends.cuda import driver
 
@@ -204,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         cases = [("decode", 4096), ("prefill", 2048)]
     rows, bad = [], 0
     for kind, size in cases:
-        r = bench_case(kind, size, args.reps)
+        from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
+
+        r = bench_case(kind, size, args.reps, tuple(n for n in VARIANTS if n != DECODE.name) if args.sweep else ())
         rows.append(r)
         if "error" in r:
             bad += 1
@@ -216,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                   f" | flash {fmt(r['flash_us'], '8.1f')} us {fmt(r['flash_pct_copy'], '5.1f')}%"
                   f" | cudnn {fmt(r['cudnn_us'], '8.1f')} us {fmt(r['cudnn_pct_copy'], '5.1f')}%"
                   f"  regs {r['registers']}", flush=True)  # fmt: skip
+            for name, vr in r.get("variants", {}).items():
+                print(f"        variant {name:14s} {fmt(vr['us'], '8.1f')} us {fmt(vr['pct_copy'], '5.1f')}% copy"
+                      f"  (max err {vr['max_err']:.2e})", flush=True)  # fmt: skip
         else:
             print(f"prefill s={size:6d}  luminal {r['luminal_us']:8.1f} us {fmt(r['luminal_tflops'], '6.1f')} TFLOP/s"
                   f" | flash {fmt(r['flash_tflops'], '6.1f')} (x{fmt(r['ratio_vs_flash'], '.2f')})"

@@ -17,7 +17,7 @@ if command -v compute-sanitizer >/dev/null; then
   rc=$((rc | ${PIPESTATUS[0]})); grep -E "ERROR SUMMARY|passed|failed" "$OUT/attention_memcheck.log" | tail -3 >> "$OUT/summary.txt"
 fi
 echo "== bench/attention.py" | tee -a "$OUT/summary.txt"
-timeout 120 python3 bench/attention.py --json "$OUT/attention_bench.json" 2>&1 | tee "$OUT/attention_bench.log"
+timeout 150 python3 bench/attention.py --sweep --json "$OUT/attention_bench.json" 2>&1 | tee "$OUT/attention_bench.log"
 rc=$((rc | ${PIPESTATUS[0]})); cat "$OUT/attention_bench.log" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
 exit $rc

@@ -92,9 +92,9 @@ class KernelAttention(KernelOp):
         )
 
     # -- code -----------------------------------------------------------------------------------
-    def spec(self) -> dec.Spec:
+    def spec(self, variant: dec.DecodeVariant | None = None) -> dec.Spec:
         """The literal parameters the generators need; refuses what the kernels do not cover
-        (the rules guard every one of these)."""
+        (the rules guard every one of these). `variant`: the decode schedule (default dec.DECODE)."""
         name = type(self).__name__
         for f in ("n_kv", "groups", "head_dim"):
             if not getattr(self, f).is_num:
@@ -117,16 +117,16 @@ class KernelAttention(KernelOp):
         return dec.Spec(
             n_kv=self.n_kv.value, groups=self.groups.value, head_dim=hd, dtype=self.dtype, s=self.s, t=self.t,
             q_strides=tuple(self.q_strides), k_steps=steps[0], v_steps=steps[1], causal=self.causal,
-            past=self.past, window=self.window, scale=self.scale, softcap=self.softcap,
+            past=self.past, window=self.window, scale=self.scale, softcap=self.softcap, variant=variant or dec.DECODE,
         )  # fmt: skip
 
-    def scratch_bytes(self) -> Expression:
-        sp = self.spec()
+    def scratch_bytes(self, variant: dec.DecodeVariant | None = None) -> Expression:
+        sp = self.spec(variant)
         rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS)) * lt(self.s, num(DECODE_ROWS + 1))
         return rows * num(dec.splits(sp) * (sp.head_dim + 2) * 4)
 
-    def render(self, slots) -> Kernel:
-        sp = self.spec()
+    def render(self, slots, variant: dec.DecodeVariant | None = None) -> Kernel:
+        sp = self.spec(variant)
         decls = dim_decls(self.dim_names(), slots)
         small = lt(self.s, num(DECODE_ROWS + 1))  # 1 on the decode path, else 0
         big = num(1) - small

@@ -9,7 +9,7 @@ NS = THREADS / LPK lane groups ("slots") take keys slot, slot + NS, ..., two per
 vector loads in flight per lane), each slot keeping its own online-softmax state (running max m,
 sum l, accumulator) in f32 registers: no barrier in the loop. The slots merge in shared memory at
 the end. The grid is fixed for the plan (NSPLIT splits per row); the live length comes from the
-dims buffer and fixes how many splits are used (chunks of at least MIN_CHUNK keys), so the grid
+dims buffer and fixes how many splits are used (chunks of at least min_chunk keys), so the grid
 never changes with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output;
 otherwise it writes (acc, m, l) partials to scratch and the combine pass (one block of head_dim
 threads per row) merges the used splits. Scores are in log2 units (q is pre-multiplied by
@@ -26,10 +26,29 @@ from luminal.dtype import DType
 from luminal.shape.expr import Expression
 
 THREADS = 128
-TARGET_BLOCKS = 264  # two blocks on each of the H200's 132 SMs
 MAX_SPLITS = 128
-MIN_CHUNK = 64  # keys per split at least: below that a split's fixed cost dominates
 LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeVariant:
+    """A schedule of the decode kernel (bench/attention.py --sweep times them; DECODE is the default)."""
+
+    max_rows: int = 4  # query heads of a GQA group one block serves (fewer: fewer registers, more blocks)
+    target_blocks: int = 264  # blocks per query row at one kv split each: two on each of the H200's 132 SMs
+    min_chunk: int = 64  # keys per split at least: below that a split's fixed cost dominates
+
+    @property
+    def name(self) -> str:
+        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}"
+
+
+DECODE = DecodeVariant()
+VARIANTS = {
+    v.name: v
+    for v in (DECODE, DecodeVariant(max_rows=2), DecodeVariant(target_blocks=528),
+              DecodeVariant(max_rows=2, target_blocks=528), DecodeVariant(min_chunk=128))
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,11 +69,13 @@ class Spec:
     window: int
     scale: float
     softcap: float
+    variant: DecodeVariant = DECODE
 
 
 def rows_per_block(sp: Spec) -> int:
-    """Query heads of a GQA group one decode block serves: the largest of 4, 3, 2, 1 dividing groups."""
-    return next(r for r in (4, 3, 2, 1) if sp.groups % r == 0)
+    """Query heads of a GQA group one decode block serves: the largest of 4, 3, 2, 1 (at most
+    max_rows) dividing groups."""
+    return next(r for r in (4, 3, 2, 1) if r <= sp.variant.max_rows and sp.groups % r == 0)
 
 
 def group_chunks(sp: Spec) -> int:
@@ -62,8 +83,8 @@ def group_chunks(sp: Spec) -> int:
 
 
 def splits(sp: Spec) -> int:
-    """KV splits per query row: enough blocks for TARGET_BLOCKS at one query row."""
-    return max(1, min(MAX_SPLITS, math.ceil(TARGET_BLOCKS / (sp.n_kv * group_chunks(sp)))))
+    """KV splits per query row: enough blocks for the variant's target at one query row."""
+    return max(1, min(MAX_SPLITS, math.ceil(sp.variant.target_blocks / (sp.n_kv * group_chunks(sp)))))
 
 
 def lane_dims(sp: Spec) -> int:
@@ -118,7 +139,7 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
   *hi = {hi};
   const long long n = *hi > *lo ? *hi - *lo : 0LL;
   long long c = (n + {nsplit - 1}) / {nsplit};
-  if (c < {MIN_CHUNK}) c = {MIN_CHUNK};
+  if (c < {sp.variant.min_chunk}) c = {sp.variant.min_chunk};
   *chunk = c;
   return (int)((n + c - 1) / c);
 }}
