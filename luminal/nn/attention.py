@@ -6,6 +6,12 @@ past length `p` scatters the new rows into positions p .. p+s-1 and outputs the 
 under the same name; attention reads only that updated tensor (its first p+s rows), so the input
 buffer's single consumer is the scatter and a backend may update it in place. The generation loop
 binds each output back to its input before the next step.
+
+Paged cache (`KVCache(..., paged=True)`, docs/attention.md): the cache is a pool of `capacity` slots
+(page size 1) shared by several sequences; the step's PagedKV inputs say which sequence each new
+token belongs to, its position there, and each sequence's slots in order (its page table), so one
+step can decode B sequences of different lengths (or prefill several). The new rows go to
+slot table[seq, pos]; query i attends to the slots table[seq_i, 0 .. pos_i].
 """
 
 from __future__ import annotations
@@ -14,12 +20,41 @@ import math
 from dataclasses import dataclass
 
 import luminal as lm
+from luminal.errors import ShapeError
 from luminal.graph import Graph
 from luminal.nn.check import block_name, expect
 from luminal.nn.linear import Linear
 from luminal.nn.norm import RMSNorm
 from luminal.shape.expr import ZERO, Expression, ge, lt, z
 from luminal.tensor import GraphTensor
+
+
+@dataclass(frozen=True)
+class PagedKV:
+    """One step's page-table inputs, shared by every layer: `table` (b, pages) i32 holds sequence
+    b's slots in token order (entries past a sequence's length are any valid slot, e.g. 0), `seq`
+    (s,) i32 the sequence of each new token, `pos` (s,) i32 its position in that sequence."""
+
+    table: GraphTensor
+    seq: GraphTensor
+    pos: GraphTensor
+
+    @staticmethod
+    def inputs(g: Graph, prefix: str = "kv") -> PagedKV:
+        """The graph inputs `{prefix}.table`, `{prefix}.seq`, `{prefix}.pos` (dims b, pages, s)."""
+        return PagedKV(g.tensor(f"{prefix}.table", ("b", "pages"), lm.i32), g.tensor(f"{prefix}.seq", ("s",), lm.i32),
+                       g.tensor(f"{prefix}.pos", ("s",), lm.i32))  # fmt: skip
+
+    def rows(self) -> GraphTensor:
+        """(s, pages) i32: the slots of each new token's sequence."""
+        return self.table.gather(self.seq, axis=0)
+
+    def mask(self, window: int | None = None) -> GraphTensor:
+        """(s, pages) bool: query i sees key j when j <= pos_i (and j > pos_i - W with a window)."""
+        j = self.table.graph.arange(self.table.shape[1]).unsqueeze(0)  # (1, pages)
+        pos = self.pos.unsqueeze(1)  # (s, 1)
+        keep = j <= pos
+        return keep & (j > pos - window) if window is not None else keep
 
 
 @dataclass(frozen=True)
@@ -32,6 +67,7 @@ class KVCache:
     capacity: int
     head_dim: int
     dtype: object = lm.f32
+    paged: bool = False  # a pool of `capacity` slots shared by sequences (update_paged, PagedKV)
 
     def state(self, g: Graph) -> tuple[GraphTensor, GraphTensor]:
         shape = (self.n_kv, self.capacity, self.head_dim)
@@ -49,6 +85,18 @@ class KVCache:
         k_all = k_cache.scatter(rows, k, axis=1).output(f"{self.name}.k")
         v_all = v_cache.scatter(rows, v, axis=1).output(f"{self.name}.v")
         return k_all[:, : past + new], v_all[:, : past + new]
+
+    def update_paged(self, g: Graph, k: GraphTensor, v: GraphTensor, kv: PagedKV) -> tuple[GraphTensor, GraphTensor]:
+        """Paged: k, v (n_kv, s, hd) new rows go to slots table[seq, pos]. Returns every query's keys
+        and values through its page table: (n_kv, s, pages, hd) each."""
+        if not self.paged:
+            raise ShapeError(f"KVCache {self.name!r}: update_paged needs KVCache(..., paged=True)")
+        k_cache, v_cache = self.state(g)
+        rows = kv.rows()  # (s, pages)
+        slot = rows.take_along_axis(kv.pos.unsqueeze(1), 1).squeeze(1)  # (s,)
+        k_all = k_cache.scatter(slot, k, axis=1).output(f"{self.name}.k")
+        v_all = v_cache.scatter(slot, v, axis=1).output(f"{self.name}.v")
+        return k_all.gather(rows, axis=1), v_all.gather(rows, axis=1)
 
 
 def causal_mask(
@@ -76,6 +124,17 @@ def attend(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | N
     return scores.softmax(-1).cast(v.dtype) @ v
 
 
+def attend_paged(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None, scale: float) -> GraphTensor:
+    """attend() where every query has its own keys (a paged cache): q (n_kv, groups, s, hd); k, v
+    (n_kv, s, pages, hd); mask (s, pages) bool. Returns (n_kv, groups, s, hd)."""
+    q = q.unsqueeze(3)  # (n_kv, groups, s, 1, hd)
+    k, v = k.unsqueeze(1), v.unsqueeze(1)  # (n_kv, 1, s, pages, hd)
+    scores = (q @ k.transpose(-1, -2)).cast(lm.f32) * scale  # (n_kv, groups, s, 1, pages)
+    if mask is not None:
+        scores = lm.where(mask.unsqueeze(1), scores, -math.inf)
+    return (scores.softmax(-1).cast(v.dtype) @ v).squeeze(3)
+
+
 class Attention:
     """Self-attention block: q/k/v projections (optional biases, optional per-head q/k RMSNorm as in
     Qwen3 and Gemma 3), rotary embedding, KV-cache update, masked GQA attention, output projection.
@@ -101,7 +160,8 @@ class Attention:
             self.q_norm = RMSNorm(g, f"{name}.q_norm", head_dim, qk_norm, qk_norm_offset, dtype)
             self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset, dtype)
 
-    def __call__(self, x: GraphTensor, rope=None, past: Expression = ZERO) -> GraphTensor:
+    def __call__(self, x: GraphTensor, rope=None, past: Expression = ZERO, paged: PagedKV | None = None) -> GraphTensor:
+        """x (s, dim) new tokens at past length `past`; with a paged cache, `paged` says where they go."""
         dim = self.q.d_in
         expect(x, block_name("Attention", self.q.weight).replace(".q_proj", ""), f"(s, dim={dim}) rows", 2, {1: dim})
         g, s = x.graph, x.shape[0]
@@ -114,9 +174,16 @@ class Attention:
         if rope is not None:
             q, k = rope(q), rope(k)
         k, v = k.permute(1, 0, 2), v.permute(1, 0, 2)  # (n_kv, s, hd)
+        q = q.reshape(s, self.n_kv, groups, self.head_dim).permute(1, 2, 0, 3)  # (n_kv, groups, s, hd)
+        if self.cache is not None and self.cache.paged:
+            if paged is None:
+                raise ShapeError(f"Attention with paged cache {self.cache.name!r}: pass the step's PagedKV inputs")
+            k, v = self.cache.update_paged(g, k, v, paged)  # (n_kv, s, pages, hd)
+            mask = paged.mask(self.window) if self.causal else None
+            out = attend_paged(q, k, v, mask, self.scale)  # (n_kv, groups, s, hd)
+            return self.o(out.permute(2, 0, 1, 3).reshape(s, self.n_heads * self.head_dim))
         if self.cache is not None:
             k, v = self.cache.update(g, k, v, past)  # (n_kv, p+s, hd)
-        q = q.reshape(s, self.n_kv, groups, self.head_dim).permute(1, 2, 0, 3)  # (n_kv, groups, s, hd)
         mask = (
             causal_mask(g, s, past if self.cache is not None else ZERO, k.shape[1], self.window)
             if self.causal

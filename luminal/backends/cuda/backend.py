@@ -18,6 +18,7 @@ from luminal.backends.cuda import driver, nvrtc, runtime
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
+from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
@@ -34,12 +35,16 @@ MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/c
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
 GEMV_FACTS, GEMV_FUSE = "gemv_facts", "gemv_fuse"  # the decode GEMV fused with its neighbours (kernels/gemvfused.egg)
 BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/inplace.egg)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE)
+ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE, ATTENTION)
 log = logging.getLogger(__name__)
 _MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+# attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
+# iterations over a small e-graph instead of every iteration of the main cycle
+_ATTENTION = Phase(ATTENTION, saturate(ATTENTION))
 # after main: the facts to a fixpoint, then the fused GEMVs (with fusion_grow for the body classes they name)
 _GEMV = Phase(GEMV_FUSE, saturate(saturate(analysis(), GEMV_FACTS), saturate(analysis(), FUSION_GROW, GEMV_FUSE)))
-PHASES = with_buffer_reuse((_MAIN, _GEMV, _CLEANUP), BUFFER_REUSE)
+PHASES = with_buffer_reuse((_ATTENTION, _MAIN, _GEMV, _CLEANUP), BUFFER_REUSE)
 
 
 def matmul_ops() -> tuple:
@@ -52,8 +57,8 @@ def matmul_ops() -> tuple:
 
 class CudaBackend:
     name = "cuda"
-    # preference order: fused GEMVs, library matmuls, GEMV, fused kernels, the rest
-    ops = (*GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
+    # preference order: fused attention, fused GEMVs, library matmuls, GEMV, fused kernels, the rest
+    ops = (*ATTENTION_KERNELS, *GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES
