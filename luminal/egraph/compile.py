@@ -84,7 +84,7 @@ class CompileOptions:
         for name in ("buckets", "profile_dims"):
             if name in opts and opts[name] is None:
                 opts[name] = {}
-            elif name == "buckets" and isinstance(opts[name], (list, tuple)) and opts[name] and all(
+            elif name == "buckets" and name in opts and isinstance(opts[name], (list, tuple)) and opts[name] and all(
                 isinstance(plan, Mapping) for plan in opts[name]
             ):
                 opts[name] = tuple(opts[name])  # an explicit list of {dim: (low, high)} plans
