@@ -124,17 +124,22 @@ def rtruediv(a, b):
 
 
 def floordiv(a, b):
+    from luminal.frontend.indexing import where
+
+    nonzero_scalar = _is_scalar(b) and float(b) != 0.0
     b = lift(a, b, "floordiv")
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
-    # numpy's divmod: (a - fmod(a, b)) / b is an integer up to rounding, so round it to nearest,
-    # then step down when the remainder and the divisor have opposite signs.
+    # numpy's floor_divide: (a - fmod(a, b)) / b is an integer up to rounding, so round it to
+    # nearest, then step down when the remainder and the divisor have opposite signs; b == 0
+    # gives a / b (inf, -inf or NaN), as numpy does.
     r = mod(a, b)
-    q = (a - r) * b.reciprocal()
+    q = truediv(a - r, b)
     q = _trunc(q + where_sign(q, 0.5))
     step_down = ne(r, 0.0) & ne(lt(r, 0.0), lt(b, 0.0))
-    return q - step_down.cast(a.dtype)
+    q = q - step_down.cast(a.dtype)
+    return q if nonzero_scalar else where(eq(b, 0.0), truediv(a, b), q)
 
 
 def _trunc(x: GraphTensor) -> GraphTensor:

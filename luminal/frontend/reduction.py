@@ -104,8 +104,10 @@ def _dim_scalar(t: GraphTensor, n: Expression) -> GraphTensor:
 
 
 def mean(t, axis: Axis = None, keepdim: bool = False):
+    """Sum / count, for 16/8-bit floats in f32 (neither the sum nor the count may overflow f16)."""
     _float(t, "mean")
-    return sum(t, axis, keepdim) / _dim_scalar(t, _count(t, axis))
+    x = _wide(t)
+    return (sum(x, axis, keepdim) / _dim_scalar(x, _count(x, axis))).cast(t.dtype)
 
 
 def _wide(t: GraphTensor) -> GraphTensor:

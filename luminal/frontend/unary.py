@@ -89,10 +89,22 @@ def abs(t):
     return t * (1 - (t < 0).cast(t.dtype) * 2)
 
 
+def _sign(t):
+    """-1, 0 or 1 (0 for NaN): for compositions whose result is NaN anyway when t is."""
+    return (t > 0).cast(t.dtype) - (t < 0).cast(t.dtype)
+
+
 def sign(t):
+    """numpy's sign: -1, 0 or 1, NaN for NaN."""
     if t.dtype == DType.bool:
         return t
-    return (t > 0).cast(t.dtype) - (t < 0).cast(t.dtype)
+    s = _sign(t)
+    if not t.dtype.is_float:
+        return s
+    from luminal.frontend.binary import isnan
+    from luminal.frontend.indexing import where
+
+    return where(isnan(t), t, s)
 
 
 def relu(t):
@@ -128,7 +140,7 @@ def gelu(t):
     k = reciprocal(ax * 0.3275911 + 1)
     poly = ((((k * 1.061405429 - 1.453152027) * k + 1.421413741) * k - 0.284496736) * k + 0.254829592) * k
     erf_abs = 1 - poly * exp(-(ax * ax))
-    erf = erf_abs * sign(x)
+    erf = erf_abs * _sign(x)  # x NaN: erf_abs is NaN already
     return t * (erf + 1) * 0.5
 
 

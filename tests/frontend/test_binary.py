@@ -327,3 +327,22 @@ def test_other_dtypes(dtype, data):
     lo, hi = (-50.0, 50.0) if info is None else (max(info.min, -300), min(info.max, 300))
     check_op(data, "other_dtypes", build, ref, {"a": Arg(A, lo=lo, hi=hi), "b": Arg(B, lo=lo, hi=hi)}, dtype,
              prep=_prep_nonzero)  # fmt: skip
+
+
+def _prep_zero_divisors(arrays, env):
+    """About a third of every operand exactly 0 or -0.0 (each appears as a divisor somewhere)."""
+    rng = np.random.default_rng(int(arrays["a"].size * 7 + arrays["b"].size))
+    out = {}
+    for k, v in arrays.items():
+        pick = rng.random(v.shape)
+        out[k] = np.where(pick < 0.2, 0.0, np.where(pick < 0.35, -0.0, v)).astype(v.dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f16, lm.bf16, lm.f64), ids=str)
+@given(data=st.data())
+def test_floordiv_by_zero(dtype, data):
+    """Float // by (signed) zero is numpy's floor_divide: inf, -inf or NaN (a / b), never a NaN for all."""
+    args = {"a": Arg(A, lo=-20, hi=20), "b": Arg(B, lo=-6, hi=6)}
+    check_op(data, "floordiv0", _div_variants(lambda x, y: x // y), _div_ref(np.floor_divide, dtype), args, dtype,
+             prep=_prep_zero_divisors)  # fmt: skip

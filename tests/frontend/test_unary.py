@@ -124,3 +124,14 @@ def test_unary_special_values():
         }  # fmt: skip
     for n in names:
         np.testing.assert_allclose(out[n], want[n].astype(np.float32), rtol=1e-6, atol=1e-7, err_msg=n)
+
+
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f16, lm.bf16, lm.f64), ids=str)
+def test_sign_special_values(dtype):
+    """sign(NaN) is NaN like numpy (not 0), sign(±inf) = ±1, sign(±0) = 0."""
+    g = lm.Graph()
+    x = g.tensor("x", (7,), dtype)
+    x.sign().output("s")
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.5, -0.5]).astype(dtype.np)
+    out = g.compile("reference").run({"x": v})["s"]
+    np.testing.assert_array_equal(out.astype(np.float64), np.sign(v.astype(np.float64)))
