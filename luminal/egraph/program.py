@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from luminal.dtype import DType
 from luminal.egraph.registry import OpRegistry, encode_field
 from luminal.egraph.rulesets import CORE_RULESETS, Phase, check_rulesets
 from luminal.errors import CompileError
@@ -106,7 +107,7 @@ def serialize_graph(
             raise CompileError(f"op {type(op).__name__} is not registered with the egglog layer")
         spec = registry.spec(type(op).__name__)
         if isinstance(op, Constant) and op.value == 0.0 and math.copysign(1.0, op.value) < 0:
-            term = _negative_zero()  # no -0.0 in egglog: 0.0 * -1.0 is exactly -0.0 in IEEE
+            term = _negative_zero(op.dtype)  # no -0.0 in egglog: 0.0 * -1.0 is exactly -0.0 in IEEE
         else:
             args = []
             for (fname, sort), v in zip(spec.fields, op.fields(), strict=True):
@@ -168,9 +169,9 @@ def _term(name: str, sort_class: str, args: list[str], ins: list[str]) -> str:
     return f"(Op {kind} {lst})"
 
 
-def _negative_zero() -> str:
+def _negative_zero(dt: DType) -> str:
     one = f"(ECons {expr(1).to_egglog()} (ENil))"
     zero = f"(ECons {expr(0).to_egglog()} (ENil))"
-    zero_c = "(Op (Constant 0.0) (INil))"
-    neg1 = "(Op (Constant -1.0) (INil))"
+    zero_c = f"(Op (Constant 0.0 ({dt.egglog}) 0) (INil))"
+    neg1 = f"(Op (Constant -1.0 ({dt.egglog}) 0) (INil))"
     return f"(Op ({Mul.__name__} {one} {zero} {zero}) (ICons {zero_c} (ICons {neg1} (INil))))"
