@@ -226,9 +226,14 @@ z = Expression("var", (Z,))
 
 
 def nonneg(e: Expression) -> bool:
-    """Proof (by interval bounds, luminal/shape/bounds.py) that `e` >= 0 for every non-negative
-    assignment of its variables."""
-    return bounds(e)[0] >= 0
+    """Syntactic proof that `e` and every sub-term of it are >= 0 for every non-negative assignment
+    of its variables. The div/mod folds need each term of a sum non-negative, which the interval
+    `bounds(e)[0] >= 0` of the whole sum does not give (2x - min(s, 1) >= 1, yet (2x - 1) // 2 != x)."""
+    if e.op == "num":
+        return e.args[0] >= 0
+    if e.op == "var":
+        return True
+    return all(nonneg(a) for a in e.args)
 
 
 # Linear normal form of sums: {term: coeff} + const. A term is any expression that is neither a

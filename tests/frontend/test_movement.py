@@ -260,14 +260,7 @@ def test_size_zero_dims_in_every_op(case, seed):
             assert_matches(out[name].reshape(got_shape), want, dt, 4.0, f"{name} on {shape} = {sizes}")
 
 
-def test_size_zero_dims_lower_to_cuda_kernels():
-    """Static and run-time size-0 dims through the CUDA lowering: every op becomes a kernel, the plan
-    computes what the reference computes (run on the CPU by reference semantics), NVRTC compiles it."""
-    nvrtc = pytest.importorskip("luminal.backends.cuda.nvrtc")
-    from luminal.backends.cuda.kernel import KernelOp, source
-    from luminal.egraph.compile import CompileOptions, compile_plans
-    from tests.backends.cuda.test_lowering import CpuCudaBackend
-
+def _size_zero_graph():
     g = lm.Graph()
     x, s = g.tensor("x", (2, 3)), g.tensor("s", ("a", "b"))
     e = x[:, 3:]  # (2, 0)
@@ -276,14 +269,31 @@ def test_size_zero_dims_lower_to_cuda_kernels():
             "s_cat": lm.concat([s, s], 1), "s_cumsum": s.cumsum(), "s_sum": s.sum(1), "s_pad": s.pad(1)}  # fmt: skip
     for k, t in outs.items():
         t.output(k)
-    ex, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=2))
+    return g
+
+
+def _check_size_zero(g, run) -> None:
+    """run(feed, env) of a plan for _size_zero_graph against the reference, sizes holding 0."""
     ref = g.compile("reference", cache=False)
     xv = np.arange(6, dtype=np.float32).reshape(2, 3)
-    for a, b in ((0, 3), (2, 0), (2, 4)):
+    for a, b in ((0, 3), (2, 0), (0, 0), (2, 4)):
         feed = {"x": xv, "s": np.arange(a * b, dtype=np.float32).reshape(a, b)}
-        got, want = ex.run(feed, {"a": a, "b": b}), ref.run(feed)
+        got, want = run(feed, {"a": a, "b": b}), ref.run(feed)
         for k, w in want.items():
             np.testing.assert_array_equal(np.asarray(got[k]).reshape(w.shape), w, err_msg=f"{k} at a={a}, b={b}")
+
+
+def test_size_zero_dims_lower_to_cuda_kernels():
+    """Static and run-time size-0 dims through the CUDA lowering: every op becomes a kernel, the plan
+    computes what the reference computes (run on the CPU by reference semantics), NVRTC compiles it."""
+    nvrtc = pytest.importorskip("luminal.backends.cuda.nvrtc")
+    from luminal.backends.cuda.kernel import KernelOp, source
+    from luminal.egraph.compile import CompileOptions, compile_plans
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+
+    g = _size_zero_graph()
+    ex, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=2))
+    _check_size_zero(g, ex.run)
     kernels = [n.op.render({"a": 0, "b": 1}) for n in llir.nodes if isinstance(n.op, KernelOp)]
     assert kernels and nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
 
@@ -342,3 +352,18 @@ def test_repeated_slices_compile_and_match_numpy(n):
             v = v[1:, :-1] * 2 + v[:-1, 1:]
         np.testing.assert_allclose(out["y"], y, rtol=2e-5, atol=1e-5)
         np.testing.assert_allclose(out["v"], v, rtol=2e-5, atol=2e-5 * max(1.0, float(np.abs(v).max(initial=0))))
+
+
+@pytest.mark.cuda
+def test_size_zero_dims_and_slice_chains_on_gpu():
+    """On the GPU: the size-0 graph at sizes holding 0, and a 32-slice chain, equal the reference."""
+    g = _size_zero_graph()
+    _check_size_zero(g, g.compile("cuda", cache=False).run)
+    g, _, _ = _slice_chain(32)
+    gpu, ref = g.compile("cuda", cache=False), g.compile("reference", cache=False)
+    rng = np.random.default_rng(0)
+    for sv, tv in ((40, 35), (32, 33), (3, 40)):
+        feed = {"x": rng.standard_normal(sv).astype(np.float32), "w": rng.standard_normal((sv, tv)).astype(np.float32)}
+        got, want = gpu.run(feed), ref.run(feed)
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(w).max(initial=0))))

@@ -48,3 +48,15 @@ def test_repeated_clamps_stay_small():
         d = maximum(d - minimum(1, d), 0)  # [1:]: start min(1, d), stop d
         d = maximum(maximum(minimum(d - 1, d), 0), 0)  # [:-1]: start 0, stop max(min(d - 1, d), 0)
     assert d is maximum(var("s") - 128, 0)
+
+
+def test_div_mod_folds_need_every_term_non_negative():
+    """(2x - m) // 2 with x >= 1, m in [0, 1]: the sum is >= 1 by its interval, but the fold
+    (n*q + r) // n -> q + r // n needs r >= 0 itself; it must not fire here."""
+    x, m = maximum(var("t"), 1), minimum(var("s"), 1)
+    e = (2 * x - m) // 2
+    for t in range(4):
+        for s in range(3):
+            env = {"t": t, "s": s}
+            xv, mv = max(t, 1), min(s, 1)
+            assert e.evaluate(env) == (2 * xv - mv) // 2 and ((2 * x - m) % 2).evaluate(env) == (2 * xv - mv) % 2

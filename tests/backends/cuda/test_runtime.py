@@ -35,7 +35,8 @@ def check(case: str, s: int, seed: int = 0) -> None:
 @cuda
 @pytest.mark.parametrize("case", sorted(cases()))
 def test_matches_reference_as_dims_change(case):
-    sizes = (17, 3, 1, 40, 17) if case.startswith("index") else (17, 3, 1, 0, 40, 17)
+    # s = 0 only where no output takes a max over s (an empty max raises, docs/numerics.md)
+    sizes = (17, 3, 1, 40, 17) if case.startswith(("index", "reduce", "ints")) else (17, 3, 1, 0, 40, 17)
     for k, s in enumerate(sizes):
         check(case, s, seed=k)
     ex = models(case)[0]._executor

@@ -53,7 +53,8 @@ def test_fake_device_matches_reference_as_dims_change(fake, case, graphs):
     g, specs = build(case)
     ex = executor(g, use_graphs=graphs)
     ref = g.compile("reference", cache=False)
-    sizes = (17, 3, 1, 40, 17) if case.startswith("index") else (17, 3, 1, 0, 40, 17)
+    # s = 0 only where no output takes a max over s (an empty max raises, docs/numerics.md)
+    sizes = (17, 3, 1, 40, 17) if case.startswith(("index", "reduce", "ints")) else (17, 3, 1, 0, 40, 17)
     for k, s in enumerate(sizes):
         feed = make_inputs(specs, s, seed=k)
         got, want = ex.run(feed, {"s": s}), ref.run(feed)
