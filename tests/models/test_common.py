@@ -90,6 +90,8 @@ def test_random_weights_dtypes_never_zero_nor_constant_and_seeded(dt):
     assert all(np.array_equal(w[n], again[n]) for n in names)
     other = dict(random_weights(names, seed=2))
     assert not np.array_equal(w["a.weight"], other["a.weight"])
+    reordered = random_weights(dict(reversed(names.items())), seed=1)
+    assert all(np.array_equal(w[n], reordered[n]) for n in names)  # a tensor depends on (seed, name) only
 
 
 def test_tiled_repeats_the_pool_from_an_offset():
@@ -108,7 +110,7 @@ def test_random_weights_tile_a_pool_so_big_presets_are_fast():
 
     names = {f"l{i}.weight": ((4096, 4096), ml_dtypes.bfloat16) for i in range(4)}  # 67M values
     t0 = time.perf_counter()
-    arrays = [a for _, a in random_weights(names)]
+    arrays = list(random_weights(names).values())
     elapsed = time.perf_counter() - t0
     assert elapsed < 10, elapsed  # drawing 67M normals would take several seconds more on this box
     flat = arrays[0].reshape(-1)
