@@ -78,6 +78,17 @@ def check_dtypes(g: lm.Graph, dtype: lm.DType, f32: tuple[str, ...] = ("logits",
     for name, dt in graph_dtypes(g).items():
         want = lm.f32 if name in f32 or "inv_freq" in name else dtype
         assert dt == want, f"{name}: {dt}, expected {want}"
+    # the weights are used in their dtype (matmuls, lookups, adds), not widened: only norm scales are
+    # cast, to f32, for the norm's f32 arithmetic
+    weights = {g.inputs[n]: n for n in g.persistent if "inv_freq" not in n and not n.startswith(("cache.", "cross."))}
+    for node in g.nodes:
+        for i in node.inputs:
+            if i in weights:
+                is_cast = type(node.op).__name__ == "Cast"
+                ok = (is_cast and node.dtype == lm.f32 and "norm" in weights[i]) or (
+                    not is_cast and node.dtype == dtype
+                )
+                assert ok, f"{weights[i]} is read by a {type(node.op).__name__} of {node.dtype} in a {dtype} model"
 
 
 def recording(build, graphs: list):
