@@ -15,7 +15,9 @@ def check_golden(load, name: str, dtype: str = "f32", backend: str = "reference"
     g = golden(name, dtype)
     model = load(GOLDENS / name, backend=backend, dtype=dtype)
     ids = g["input_ids"].tolist()
-    assert_close(model.logits(ids), g["logits"], f"{name} prompt logits", dtype)
+    logits = model.logits(ids)
+    assert_close(logits, g["logits"], f"{name} prompt logits", dtype)
+    check_runs_in(logits, name, dtype)
     out = model.generate(ids, 3, stop_ids=())
     check_greedy(out, g, dtype, name)
     dec = model.decoder
@@ -23,7 +25,6 @@ def check_golden(load, name: str, dtype: str = "f32", backend: str = "reference"
     dec.step(ids)
     steps = np.stack([dec.step([t])[0] for t in g["decode_ids"].tolist()])  # HF's tokens fed back
     assert_close(steps, g["decode_logits"], f"{name} decode-step logits (KV cache)", dtype)
-    check_runs_in(model.logits(ids), name, dtype)
 
 
 def check_runs_in(logits: np.ndarray, name: str, dtype: str) -> None:
