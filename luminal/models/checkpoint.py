@@ -56,13 +56,14 @@ class Config(dict):
         raise CheckpointError(f"{self.path}: required key {key!r} is missing")
 
 
-def read_json(path: str | Path, what: str = "") -> object:
-    """A JSON file's value; invalid JSON or unreadable bytes are a CheckpointError naming the file."""
+def read_json(path: str | Path) -> object:
+    """A JSON file's value; a missing file, invalid JSON or bytes that are not UTF-8 are a CheckpointError
+    naming the file."""
     path = Path(path)
     try:
         return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file{what}") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
 
