@@ -141,7 +141,10 @@ class Safetensors:
     def __init__(self, files: list[Path]):
         self._where: dict[str, tuple[Path, dict, int]] = {}
         for f in files:
-            header, base = _header(Path(f))
+            try:
+                header, base = _header(Path(f))
+            except OSError as e:  # unreadable, a directory, vanished
+                raise CheckpointError(f"{f}: cannot read ({e.strerror or e})") from None
             for name, info in header.items():
                 self._where[name] = (Path(f), info, base)
 

@@ -266,3 +266,9 @@ def test_files_the_library_writes_are_read_back(tmp_path):
     for k, v in tensors.items():
         assert st[k].dtype == v.dtype and st.shape(k) == v.shape, k
         np.testing.assert_array_equal(st[k], v, err_msg=k)
+
+
+def test_unreadable_safetensors_path(tmp_path):
+    (tmp_path / "model.safetensors").mkdir()  # a directory where a file should be
+    with pytest.raises(CheckpointError, match="model.safetensors: cannot read"):
+        Safetensors.from_dir(tmp_path)
