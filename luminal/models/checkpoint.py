@@ -56,13 +56,14 @@ class Config(dict):
         raise CheckpointError(f"{self.path}: required key {key!r} is missing")
 
 
-def read_json(path: str | Path, what: str = "") -> object:
-    """A JSON file's value; invalid JSON or unreadable bytes are a CheckpointError naming the file."""
+def read_json(path: str | Path) -> object:
+    """A JSON file's value; a missing file, invalid JSON or bytes that are not UTF-8 are a CheckpointError
+    naming the file."""
     path = Path(path)
     try:
         return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file{what}") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
 
@@ -140,7 +141,10 @@ class Safetensors:
     def __init__(self, files: list[Path]):
         self._where: dict[str, tuple[Path, dict, int]] = {}
         for f in files:
-            header, base = _header(Path(f))
+            try:
+                header, base = _header(Path(f))
+            except OSError as e:  # unreadable, a directory, vanished
+                raise CheckpointError(f"{f}: cannot read ({e.strerror or e})") from None
             for name, info in header.items():
                 self._where[name] = (Path(f), info, base)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
@@ -87,25 +88,46 @@ def config_dtype(c: dict) -> object:
 POOL = (1 << 22) + 7  # random values generated per dtype; odd, so rows of a power-of-two width drift
 
 
-def random_weights(names: dict[str, tuple[tuple[int, ...], np.dtype]], seed: int = 0, std: float = 0.02
-                   ) -> Iterator[tuple[str, np.ndarray]]:  # fmt: skip
-    """(name, array) at the given shapes and dtypes, one tensor at a time, for benchmarks without a
-    checkpoint: N(0, std) for weights and biases, 1 + N(0, std) for norm scales.
+class RandomWeights(Mapping):
+    """Random weights at the given shapes and dtypes, for benchmarks without a checkpoint: a tensor
+    source like `Safetensors` (`{name: array}`, with `shape`), each tensor made when it is read:
+    N(0, std) for weights and biases, 1 + N(0, std) for norm scales.
 
     Drawing 8e9 normal samples for an 8B preset would take minutes, so POOL values are drawn once (per
     dtype, already rounded to it, exact zeros replaced by `std`) and each tensor is the pool tiled
-    from a random offset: a memcpy per tensor. Values repeat with period POOL (about 4M) inside a
-    tensor, which a benchmark does not notice; they are never all equal and never zero."""
-    rng = np.random.default_rng(seed)
-    base = rng.standard_normal(POOL, np.float32) * np.float32(std)
-    pools: dict[tuple[np.dtype, bool], np.ndarray] = {}
-    for name, (shape, dt) in progress(names.items(), "random weights"):
+    from an offset that depends on the seed and the tensor's name: a memcpy per tensor. Values repeat
+    with period POOL (about 4M) inside a tensor, which a benchmark does not notice; they are never all
+    equal and never zero, and the same (seed, name) gives the same tensor in any order."""
+
+    def __init__(self, names: Mapping[str, tuple[tuple[int, ...], np.dtype]], seed: int = 0, std: float = 0.02):
+        self.names, self.seed, self.std = dict(names), seed, std
+        self._base = np.random.default_rng(seed).standard_normal(POOL, np.float32) * np.float32(std)
+        self._pools: dict[tuple[np.dtype, bool], np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        shape, dt = self.names[name]
         norm = "norm" in name and not name.endswith("bias")
-        if (dt, norm) not in pools:
-            p = (base + np.float32(1.0) if norm else base).astype(dt)
-            p[p == 0] = np.asarray(std, dt)
-            pools[dt, norm] = p
-        yield name, tiled(pools[dt, norm], int(rng.integers(POOL)), math.prod(shape)).reshape(shape)
+        if (dt, norm) not in self._pools:
+            p = (self._base + np.float32(1.0) if norm else self._base).astype(dt)
+            p[p == 0] = np.asarray(self.std, dt)
+            self._pools[dt, norm] = p
+        off = int(np.random.default_rng([self.seed, zlib.crc32(name.encode())]).integers(POOL))
+        return tiled(self._pools[dt, norm], off, math.prod(shape)).reshape(shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.names[name][0])
+
+
+def random_weights(names: Mapping[str, tuple[tuple[int, ...], np.dtype]], seed: int = 0, std: float = 0.02
+                   ) -> RandomWeights:  # fmt: skip
+    """{name: random array} for `names` ({name: (shape, dtype)}), made lazily (RandomWeights)."""
+    return RandomWeights(names, seed, std)
 
 
 def tiled(pool: np.ndarray, off: int, n: int) -> np.ndarray:
@@ -232,7 +254,8 @@ def load_random_preset(cfg, backend: str, max_seq: int, layers: int | None, seed
         cfg = replace(cfg, n_layers=layers)
     model = build(cfg, max_seq, resolve_dtype(dtype, backend, PRESET_DTYPE))
     dec = decoder(model, backend)
-    bind_weights(dec.model, random_weights(model.weight_shapes(), seed), dec.bind)
+    names = model.weight_shapes()
+    bind_weights(dec.model, stream(names, random_weights(names, seed), progress), dec.bind)
     return CausalLM(dec, None, (), "random")
 
 

@@ -251,3 +251,24 @@ def test_truncated_ctranslate2_file(tmp_path):
         (tmp_path / "model.bin").write_bytes(body[:n])
         with pytest.raises(CheckpointError, match="model.bin"):
             read_ctranslate2(tmp_path / "model.bin")
+
+
+def test_files_the_library_writes_are_read_back(tmp_path):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    tensors = {"f32": rng.standard_normal((3, 5)).astype(np.float32), "f16": np.arange(7, dtype=np.float16),
+               "i64": np.array([-(2**40), 3]), "u8": np.arange(5, dtype=np.uint8), "b": np.array([True, False]),
+               "empty": np.zeros((0, 4), np.float32), "scalar": np.array(2.5, np.float64)}  # fmt: skip
+    save_file(tensors, tmp_path / "m.safetensors", metadata={"format": "pt"})
+    st = Safetensors([tmp_path / "m.safetensors"])
+    assert set(st) == set(tensors)
+    for k, v in tensors.items():
+        assert st[k].dtype == v.dtype and st.shape(k) == v.shape, k
+        np.testing.assert_array_equal(st[k], v, err_msg=k)
+
+
+def test_unreadable_safetensors_path(tmp_path):
+    (tmp_path / "model.safetensors").mkdir()  # a directory where a file should be
+    with pytest.raises(CheckpointError, match="model.safetensors: cannot read"):
+        Safetensors.from_dir(tmp_path)

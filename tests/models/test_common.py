@@ -6,10 +6,37 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import luminal as lm
 from luminal.models import gemma, llama, qwen
 from luminal.models.common import TextStream, load_random_preset, random_weights
 from luminal.models.engine import Sampler, Stats
 from tests.models.conftest import GOLDENS
+from tests.models.decoder_checks import check_dtypes, recording
+
+
+def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
+    logits = np.array([0.1, 2.0, -1.0, 1.9])
+    rng = np.random.default_rng(0)
+    assert Sampler()(logits, rng) == 1
+    assert Sampler(temperature=1.0, top_k=1)(logits, rng) == 1
+    assert Sampler(temperature=1.0, top_p=1e-6)(logits, rng) == 1
+
+
+def test_sampler_is_seeded_and_respects_top_k():
+    logits = np.zeros(50)
+    a = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
+    b = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
+    assert a == b and len(set(a)) > 5
+    logits = np.arange(10.0)
+    rng = np.random.default_rng(0)
+    assert {Sampler(5.0, top_k=3)(logits, rng) for _ in range(200)} == {7, 8, 9}
+
+
+def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    rng = np.random.default_rng(0)
+    assert {Sampler(1.0, top_p=0.7)(logits, rng) for _ in range(300)} == {0, 1}
+    assert {Sampler(1.0, top_p=0.5)(logits, rng) for _ in range(100)} == {0}  # HF keeps the 0.5 token only
 
 
 def test_generate_stops_at_stop_token_and_reports_stats():
@@ -63,6 +90,8 @@ def test_random_weights_dtypes_never_zero_nor_constant_and_seeded(dt):
     assert all(np.array_equal(w[n], again[n]) for n in names)
     other = dict(random_weights(names, seed=2))
     assert not np.array_equal(w["a.weight"], other["a.weight"])
+    reordered = random_weights(dict(reversed(names.items())), seed=1)
+    assert all(np.array_equal(w[n], reordered[n]) for n in names)  # a tensor depends on (seed, name) only
 
 
 def test_tiled_repeats_the_pool_from_an_offset():
@@ -81,7 +110,7 @@ def test_random_weights_tile_a_pool_so_big_presets_are_fast():
 
     names = {f"l{i}.weight": ((4096, 4096), ml_dtypes.bfloat16) for i in range(4)}  # 67M values
     t0 = time.perf_counter()
-    arrays = [a for _, a in random_weights(names)]
+    arrays = list(random_weights(names).values())
     elapsed = time.perf_counter() - t0
     assert elapsed < 10, elapsed  # drawing 67M normals would take several seconds more on this box
     flat = arrays[0].reshape(-1)
@@ -118,7 +147,6 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
 
 
 def test_generate_checks_capacity_up_front():
-    import luminal as lm
 
     model = llama.load(GOLDENS / "llama", backend="reference", max_seq=10)
     with pytest.raises(lm.InputError, match="capacity 10"):
@@ -143,7 +171,6 @@ def test_cli_streams_decoded_text_with_a_tokenizer(copy_golden, capsys):
 
 # -- dtypes and weight binding ---------------------------------------------------------------------
 def test_resolve_dtype_auto_follows_the_checkpoint_on_cuda_only():
-    import luminal as lm
     from luminal.models.common import config_dtype, resolve_dtype
 
     assert resolve_dtype("auto", "reference", "bfloat16") == lm.f32
@@ -171,9 +198,10 @@ def test_auto_dtype_without_a_config_key_is_the_stored_one(copy_golden, monkeypa
     cfg = {k: v for k, v in json.loads((d / "config.json").read_text()).items() if k not in ("dtype", "torch_dtype")}
     (d / "config.json").write_text(json.dumps(cfg))
     monkeypatch.setattr(common, "resolve_backend", lambda b: "cuda")  # `auto` as on a GPU machine...
-    model = qwen.load(d, backend="reference")  # ...while running on the reference backend
-    model.logits([1, 2])
-    assert set(model.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}
+    graphs: list = []
+    monkeypatch.setattr(llama, "Transformer", recording(llama.Transformer, graphs))
+    qwen.load(d, backend="reference").logits([1, 2])  # ...while running on the reference backend
+    check_dtypes(graphs[0], lm.bf16)
 
 
 def test_weights_stream_one_tensor_at_a_time_without_copying_stored_dtype(tmp_path):
@@ -213,7 +241,6 @@ def test_bf16_stored_checkpoint_equals_converted_one(copy_golden):
     stored = qwen.load(d, backend="reference", dtype="bf16")
     np.testing.assert_array_equal(stored.logits(ids), qwen.load(GOLDENS / "qwen3", backend="reference",
                                                                 dtype="bf16").logits(ids))  # fmt: skip
-    assert set(stored.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}  # the KV cache
 
 
 def test_random_preset_in_bf16_runs_with_a_bf16_cache():
@@ -221,17 +248,17 @@ def test_random_preset_in_bf16_runs_with_a_bf16_cache():
 
     cfg = replace(gemma.CONFIGS["gemma-3-1b"], vocab_size=300, dim=32, hidden=64, n_heads=2, n_kv_heads=1,
                   head_dim=16, sliding_window=4)  # fmt: skip
-    model = load_random_preset(cfg, "reference", 16, 2, 0, gemma.Transformer, "bf16")
+    graphs: list = []
+    model = load_random_preset(cfg, "reference", 16, 2, 0, recording(gemma.Transformer, graphs), "bf16")
+    check_dtypes(graphs[0], lm.bf16)  # weights and the KV cache
     out = model.generate([1, 2, 3], 3, stop_ids=())
     assert len(out) == 3 and all(0 <= t < 300 for t in out)
-    assert set(model.decoder.cache_dtypes.values()) == {np.dtype(ml_dtypes.bfloat16)}
     logits = model.logits([1, 2, 3])
     assert logits.dtype == np.float32 and np.isfinite(logits).all() and logits.std() > 0
 
 
 # -- generation length and the CLI error rule -------------------------------------------------------
 def test_zero_new_tokens_generates_none():
-    import luminal as lm
 
     model = llama.load(GOLDENS / "llama", backend="reference")
     assert model.generate([5, 6, 7], 0) == [] and model.stats.new_tokens == 0
