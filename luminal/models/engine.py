@@ -94,8 +94,10 @@ class Decoder:
             from luminal.compiled import _cuda_usable
 
             backend = "cuda" if _cuda_usable() else "reference"
-        if buckets is None:
-            buckets = step_buckets(capacity) if backend != "reference" else {}
+        if buckets is None and backend != "reference":
+            dims = graph.dims()
+            buckets = [{d: b for d, b in plan.items() if d in dims} for plan in step_buckets(capacity)]
+        buckets = buckets or {}
         t0 = time.perf_counter()
         self.model = graph.compile(backend, buckets=buckets)
         self.compile_s = time.perf_counter() - t0
