@@ -114,8 +114,7 @@ class Decoder:
 
     def reset(self, clear: bool = False) -> None:
         """Start a new sequence. The caches are zeroed on the first reset (or with `clear`); later
-        ones only rewind `past`: rows at or past it are never read (the causal mask), and finite
-        stale rows times a zero attention weight add nothing."""
+        ones only rewind `past`: a step reads only the first p + s cache rows, which it wrote."""
         if clear or not self._cleared:
             self.model.bind({n: np.zeros(s, self._cache_dtypes[n]) for n, s in self.cache_shapes.items()})
             self._cleared = True
