@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
                          "weights_dtype": str(next(iter(weights.values())).dtype), **r})  # fmt: skip
             gc.collect()
             print(line(rows[-1]), flush=True)
+            save(args, rows)  # after every row: a run cut short by a timeout keeps what it measured
         toks = {r["engine"]: r["tokens"] for r in rows if r["model"] == name and "tokens" in r}
         if len(toks) > 1:  # greedy on the same weights: a disagreement is a bug or a near tie
             agree = {e: t == next(iter(toks.values())) for e, t in toks.items()}
@@ -211,9 +212,13 @@ def main(argv: list[str] | None = None) -> None:
         del model, weights
         gc.collect()
     print("\n" + table(rows))
+    save(args, rows)
+    print(f"wrote {args.out}")
+
+
+def save(args, rows: list[dict]) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"copy_bw": COPY_BW, "args": vars(args), "rows": rows}, indent=1))
-    print(f"wrote {args.out}")
 
 
 def line(r: dict) -> str:

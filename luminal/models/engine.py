@@ -94,8 +94,10 @@ class Decoder:
             from luminal.compiled import _cuda_usable
 
             backend = "cuda" if _cuda_usable() else "reference"
-        if buckets is None:
-            buckets = step_buckets(capacity) if backend != "reference" else {}
+        if buckets is None and backend != "reference":
+            dims = graph.dims()
+            buckets = [{d: b for d, b in plan.items() if d in dims} for plan in step_buckets(capacity)]
+        buckets = buckets or {}
         t0 = time.perf_counter()
         self.model = graph.compile(backend, buckets=buckets)
         self.compile_s = time.perf_counter() - t0
@@ -112,8 +114,7 @@ class Decoder:
 
     def reset(self, clear: bool = False) -> None:
         """Start a new sequence. The caches are zeroed on the first reset (or with `clear`); later
-        ones only rewind `past`: rows at or past it are never read (the causal mask), and finite
-        stale rows times a zero attention weight add nothing."""
+        ones only rewind `past`: a step reads only the first p + s cache rows, which it wrote."""
         if clear or not self._cleared:
             self.model.bind({n: np.zeros(s, self.cache_dtypes[n]) for n, s in self.cache_shapes.items()})
             self._cleared = True

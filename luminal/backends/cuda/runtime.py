@@ -66,6 +66,34 @@ def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
     return {k.code: _MODULES[k.code] for k in kernels}
 
 
+class AtDims:
+    """Expressions (by key) evaluated at one run's dims on first use: a steady decode step reads
+    only the few it needs (fetched outputs, grids that follow the dims), not every buffer's size."""
+
+    def __init__(self, exprs: Mapping, env: Mapping[str, int], memo: dict):
+        self.exprs, self.env, self.memo = exprs, env, memo
+        self.vals: dict = {}
+
+    def __getitem__(self, k) -> int:
+        v = self.vals.get(k)
+        if v is None:
+            e = self.exprs[k]
+            v = self.memo.get(e)
+            if v is None:
+                v = self.memo[e] = int(e.evaluate(self.env))
+            self.vals[k] = v
+        return v
+
+    def __contains__(self, k) -> bool:
+        return k in self.exprs
+
+    def keys(self):
+        return self.exprs.keys()
+
+    def items(self):
+        return [(k, self[k]) for k in self.exprs]
+
+
 @dataclass
 class Step:
     """One launch of one kernel op (function, grid expression, block, shared bytes), or one host op."""
@@ -91,6 +119,7 @@ class Resident:
         self.nbytes: dict[str, int] = {}
         self.src: dict[str, int] = {}
         self.bytes_bound = 0
+        self.version = 0  # bumped whenever a buffer is (re)allocated: plans re-read their pointers
 
     def bind(self, label: str, arr: np.ndarray, dev) -> None:
         flat = np.ascontiguousarray(arr).reshape(-1)
@@ -99,6 +128,7 @@ class Resident:
             dev.synchronize()  # queued work may still read the old buffer
             self.bufs[label] = buf = None
             self.bufs[label] = buf = driver.DeviceBuffer(flat.nbytes)
+            self.version += 1
         driver.htod(buf.ptr, flat, dev.stream)
         self.nbytes[label] = flat.nbytes
         self.src[label] = id(arr)
@@ -162,6 +192,11 @@ class CudaExecutor:
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
         self._scratch = {i: n.op.scratch_bytes() for i, n in computed if isinstance(n.op, KernelOp)}
         self._scratch = {i: e for i, e in self._scratch.items() if e != 0}
+        self._grid_exprs = {k: st.grid for k, st in enumerate(self.steps)}
+        self._alias_offsets = {i: off for i, (_, off) in self._alias.items()}
+        self._alias_dynamic = any(off.dims() for off in self._alias_offsets.values())
+        self._res_version = -1
+        self._dynamic: list[int] = list(range(len(self.steps)))  # steps whose launch may change with dims
         self.stats = {"kernels": len(rendered), "launches": len(self.steps), "compile_s": time.perf_counter() - t0,
                       "arena_bytes": 0, "graph_builds": 0, "graph_patches": 0, "replans": 0, "pointer_moves": 0,
                       "host_captures": 0, "pinned": False, "h2d_bytes": 0, "d2h_bytes": 0, "h2d_total": 0,
@@ -187,6 +222,7 @@ class CudaExecutor:
         self._offsets: dict[int, int] = {}  # aliasing node -> byte offset in its root at the current dims
         self._host_state: dict[int, tuple] = {}  # step -> (signature, pointers) it was prepared/captured for
         self._sampler = None
+        self._split_inputs()
         self._profiled = False
         self._state: dict[str, tuple[int, int]] = {}  # state label -> (input node, output node)
 
@@ -236,6 +272,7 @@ class CudaExecutor:
         self.persistent = frozenset(names)
         if share is not None and share is not self:
             self.resident = share.resident
+        self._split_inputs()
         # state: an output named like a persistent input is that input's next value
         self._state = {
             lb: (self.inputs[lb], s) for lb, s in self.outputs.items() if lb in self.persistent and lb in self.inputs
@@ -291,6 +328,11 @@ class CudaExecutor:
         self.resident.forget_sources()  # the device copies of persistent inputs now hold ones
         return float(np.median([b.elapsed_ms(a) for a, b in evs])) * 1e-3
 
+    def _split_inputs(self) -> None:
+        self._resident_labels = frozenset(lb for lb in self.inputs if lb in self.persistent)
+        self._per_run = [lb for lb in self.inputs if lb not in self._resident_labels]
+        self._res_version = -1
+
     # -- transfers --------------------------------------------------------------------------------
     def _count(self, way: str, nbytes: int) -> None:
         self.stats[f"{way}_bytes"] += nbytes
@@ -311,18 +353,17 @@ class CudaExecutor:
         except KeyError as e:
             raise InputError(f"no value for dim {e.args[0]!r} (the plan uses dims {sorted(self.slots)})") from None
         key = tuple(self._dims_host.tolist())
-        self._env = {d: int(env[d]) for d in self.slots}
-        if self._upper is not None:
-            bad = [d for d, v in self._env.items() if v > self._upper[d]]
-            if bad:
-                raise InputError(f"dims {bad} exceed this plan's bucket bounds {self._upper}")
         if key != self._env_key:
+            self._env = {d: int(env[d]) for d in self.slots}
+            if self._upper is not None:
+                bad = [d for d, v in self._env.items() if v > self._upper[d]]
+                if bad:
+                    raise InputError(f"dims {bad} exceed this plan's bucket bounds {self._upper}")
             memo: dict[Expression, int] = {}
-            ev = lambda e: memo[e] if e in memo else memo.setdefault(e, int(e.evaluate(env)))  # noqa: E731
-            self._nbytes = {i: ev(e) for i, e in self._sizes.items()}
-            self._scratch_n = {i: ev(e) for i, e in self._scratch.items()}
-            self._grid_now = [ev(s.grid) for s in self.steps]
-            self._offsets = {i: ev(off) for i, (_, off) in self._alias.items()}
+            self._nbytes = AtDims(self._sizes, self._env, memo)
+            self._scratch_n = AtDims(self._scratch, self._env, memo)
+            self._grid_now = AtDims(self._grid_exprs, self._env, memo)
+            self._offsets = AtDims(self._alias_offsets, self._env, memo)
             self._env_key = key
         moved = self._place(feed)
         self.stats["pointer_moves"] += moved
@@ -353,12 +394,10 @@ class CudaExecutor:
         return bufs
 
     def _place(self, feed: Mapping[str, np.ndarray]) -> bool:
-        """Arena (re)plan and input uploads; True when any device pointer changed."""
+        """Arena (re)plan and input uploads; True when any device pointer changed. A plan sized at its
+        bucket bounds never replans, and per run it only looks at the inputs fed."""
         moved = False
-        if self._plan is None or not self._plan.fits(
-            {("out", i): n for i, n in self._nbytes.items() if i not in self._alias}
-            | {("tmp", i): n for i, n in self._scratch_n.items()}
-        ):
+        if self._plan is None or (not self.stats["pinned"] and not self._plan.fits(self._live_sizes())):
             old = self._plan.sizes if self._plan else {}
             self._plan = memory.plan(self._buffers(self._want(), old))
             self.dev.synchronize()  # the previous arena may still be in use by queued work
@@ -367,25 +406,33 @@ class CudaExecutor:
             self.stats["arena_bytes"] = self._plan.total
             self.stats["replans"] += 1
             moved = True
-        base = self._arena.ptr
-        ptrs = dict(self._ptrs)
-        for (kind, i), off in self._plan.offsets.items():
-            if kind == "out":
-                self._ptrs[i] = base + off
-        for label, i in self.inputs.items():
-            if label in self.persistent:
-                self._place_resident(label, i, feed)
-            else:
-                self._place_input(label, i, feed)
-        for i, (root, _) in self._alias.items():
-            cap = self._capacity(root)
-            if self._offsets[i] + self._nbytes[i] > cap:
-                raise BackendError(
-                    f"node {i} ({type(self.nodes[i].op).__name__}) aliases bytes [{self._offsets[i]}, "
-                    f"{self._offsets[i] + self._nbytes[i]}) of node {root}'s buffer of {cap} bytes"
-                )
-            self._ptrs[i] = self._ptrs[root] + self._offsets[i]
-        return moved or ptrs != self._ptrs
+            for (kind, i), off in self._plan.offsets.items():
+                if kind == "out":
+                    self._ptrs[i] = self._arena.ptr + off
+        for label in self._per_run:
+            moved |= self._place_input(label, self.inputs[label], feed)
+        res = self.resident
+        if res.version != self._res_version or any(k in self._resident_labels for k in feed):
+            for label in self._resident_labels:
+                moved |= self._place_resident(label, self.inputs[label], feed)
+            self._res_version = res.version
+        if moved or self._alias_dynamic:
+            for i, (root, _) in self._alias.items():
+                cap = self._capacity(root)
+                if self._offsets[i] + self._nbytes[i] > cap:
+                    raise BackendError(
+                        f"node {i} ({type(self.nodes[i].op).__name__}) aliases bytes [{self._offsets[i]}, "
+                        f"{self._offsets[i] + self._nbytes[i]}) of node {root}'s buffer of {cap} bytes"
+                    )
+                ptr = self._ptrs[root] + self._offsets[i]
+                moved |= self._ptrs.get(i) != ptr
+                self._ptrs[i] = ptr
+        return moved
+
+    def _live_sizes(self) -> dict:
+        return {("out", i): n for i, n in self._nbytes.items() if i not in self._alias} | {
+            ("tmp", i): n for i, n in self._scratch_n.items()
+        }
 
     def _capacity(self, root: int) -> int:
         if root in self.inputs.values():
@@ -393,36 +440,41 @@ class CudaExecutor:
             return self.resident.bufs[label].nbytes if label in self.persistent else self._in_bufs[label].nbytes
         return self._plan.sizes[("out", root)]
 
-    def _place_resident(self, label: str, i: int, feed: Mapping[str, np.ndarray]) -> None:
+    def _place_resident(self, label: str, i: int, feed: Mapping[str, np.ndarray]) -> bool:
         res = self.resident
         if label in feed and res.src.get(label) != id(feed[label]):
             self._check_dtype(label, i, feed[label])
             self.bind(label, feed[label])
         if label not in res.bufs:
             raise InputError(f"missing input {label!r} (persistent: bind it once)")
-        self._ptrs[i] = res.bufs[label].ptr
         self._in_nbytes[i] = res.nbytes[label]
+        moved = self._ptrs.get(i) != res.bufs[label].ptr
+        self._ptrs[i] = res.bufs[label].ptr
+        return moved
 
-    def _place_input(self, label: str, i: int, feed: Mapping[str, np.ndarray]) -> None:
+    def _place_input(self, label: str, i: int, feed: Mapping[str, np.ndarray]) -> bool:
         if label not in feed:
             raise InputError(f"missing input {label!r}")
         arr = np.ascontiguousarray(feed[label]).reshape(-1)
         self._check_dtype(label, i, arr)
         buf = self._in_bufs.get(label)
+        moved = False
         if buf is None or buf.nbytes < arr.nbytes:
             cap = arr.nbytes if buf is None else int(arr.nbytes * GROWTH)
             self.dev.synchronize()
             self._in_bufs[label] = buf = None
             self._in_bufs[label] = buf = driver.DeviceBuffer(cap)
             self._small.pop(label, None)
+            moved = True
         self._ptrs[i] = buf.ptr
         self._in_nbytes[i] = arr.nbytes
         if arr.nbytes <= SMALL_INPUT and i not in self._written:
             raw = arr.tobytes()
             if self._small.get(label) == raw:
-                return  # the device copy already holds these bytes (e.g. decode's rows = [0])
+                return moved  # the device copy already holds these bytes (e.g. decode's rows = [0])
             self._small[label] = raw
         self._h2d(buf.ptr, arr)
+        return moved
 
     def _check_dtype(self, label: str, i: int, arr: np.ndarray) -> None:
         if arr.dtype != self.nodes[i].dtype.np:
@@ -455,7 +507,10 @@ class CudaExecutor:
         if self.use_graphs and self.steps:
             self._pinned = self._pinned_grids()
             g = driver.Graph()
-            self._grids = [p if p is not None else max(1, x) for p, x in zip(self._pinned, self._grid_now, strict=True)]
+            self._grids = [p if p is not None else max(1, self._grid_now[k]) for k, p in enumerate(self._pinned)]
+            self._dynamic = [k for k, st in enumerate(self.steps)  # what a run must re-check: dims-dependent
+                             if (st.host.dim_names() if st.host is not None else
+                                 self._pinned[k] is None and st.grid.dims())]  # fmt: skip
             for k, (s, p, grid) in enumerate(zip(self.steps, self._params, self._grids, strict=True)):
                 if s.host is not None:
                     g.add_child(self._capture(k, s))
@@ -508,7 +563,8 @@ class CudaExecutor:
         if self._graph is None:
             self._execute_eager()
             return
-        for k, (s, p) in enumerate(zip(self.steps, self._params, strict=True)):
+        for k in self._dynamic:
+            s = self.steps[k]
             if s.host is not None:
                 if self._host_state.get(k, (None,))[0] != s.host.signature(self._env):
                     try:  # the dims it reads changed: re-capture and patch the child node
@@ -522,6 +578,7 @@ class CudaExecutor:
             if self._pinned[k] is not None and grid <= self._pinned[k]:
                 continue  # fixed at the bucket bound: kernels exit past the live sizes
             if grid != self._grids[k]:  # dims changed this kernel's grid: patch the node in place
+                p = self._params[k]
                 self._graph.set_kernel_params(k, driver.kernel_node_params(s.func, grid, s.block, s.shared, p))
                 self._grids[k] = grid
                 self.stats["graph_patches"] += 1

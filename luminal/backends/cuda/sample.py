@@ -206,6 +206,7 @@ class DeviceSampler:
         self._load, self._drv = load_kernels, driver
         self._funcs: dict[DType, object] = {}
         self._buf = None
+        self._params = None
 
     def __call__(self, logits_ptr: int, dtype: DType, rows: int, cols: int, sampler: Sampler, position: int,
                  err_ptr: int, ex) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
@@ -216,9 +217,13 @@ class DeviceSampler:
         if self._buf is None or self._buf.nbytes < need:
             self._buf = None
             self._buf = self._drv.DeviceBuffer(max(need, 8 * 66))
-        params = self._drv.Params([self._buf.ptr, logits_ptr, err_ptr, rows, cols, _bits(sampler.temperature),
-                                   sampler.top_k, _bits(sampler.top_p), sampler.seed & M64, position])  # fmt: skip
-        self._drv.launch(self._funcs[dtype], max(rows, 1), BLOCK, 0, params, ex.dev.stream)
+        values = [self._buf.ptr, logits_ptr, err_ptr, rows, cols, _bits(sampler.temperature), sampler.top_k,
+                  _bits(sampler.top_p), sampler.seed & M64, position]  # fmt: skip
+        if self._params is None:
+            self._params = self._drv.Params(values)
+        else:  # the argument block is reused: only its values change (the token's position, ...)
+            self._params.values[:] = values
+        self._drv.launch(self._funcs[dtype], max(rows, 1), BLOCK, 0, self._params, ex.dev.stream)
         host = np.empty(2 + rows, np.int64)
         ex._d2h(host, self._buf.ptr)
         ex.dev.synchronize()
