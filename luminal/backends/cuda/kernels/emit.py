@@ -154,11 +154,12 @@ class Emitter:
     """Builds the statements of one fused kernel; see the module docstring."""
 
     def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True, base: int = 0,
-                 acc: Callable[[FNode, Position], str] | None = None):  # fmt: skip
+                 acc: Callable[[FNode, Position], str] | None = None, tile_max: int = TILE_MAX):  # fmt: skip
         """`in_dtypes`: the body's leaves; leaf i is the kernel parameter in{base + i}. `acc`: C name of
         a value the kernel computes itself (a node whose op has `accumulator`, e.g. a GEMV's dot
         product in its epilogue) at a position; the hook checks the position is the one it holds."""
         self.in_dtypes = in_dtypes
+        self.tile_max = tile_max  # longest row loop per thread kept in registers (TILE_MAX unless told)
         self.base = base
         self.acc = acc
         self.group = group  # threads per row (cooperative reductions at row level)
@@ -194,7 +195,7 @@ class Emitter:
     def row_loop(self, n: Expression) -> Scope:
         """Open a loop of the row group over positions 0..n-1 (tiled when n is a small literal)."""
         g = self.group
-        if n.is_num and -(-n.value // g) <= TILE_MAX:
+        if n.is_num and -(-n.value // g) <= self.tile_max:
             var = f"t{n.value}"
             sc = self.scope_of.get("@" + var)
             if sc is None:

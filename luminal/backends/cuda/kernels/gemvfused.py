@@ -41,7 +41,7 @@ from luminal.backends.cuda.kernel import (
 )
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.fused import arg_dtype, row_code, row_coords
-from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, X_SMEM_MAX, GemvSource, GemvVariant, check_gemv, gemv_code
+from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, GemvSource, GemvVariant, check_gemv, gemv_code
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import fexpr
@@ -49,6 +49,9 @@ from luminal.hlir.fexpr import FArgs, FExpr, FLeaf, FNode
 from luminal.hlir.op import EList
 from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod, z
 from luminal.shape.tracker import contiguous_strides
+
+PROLOGUE_SMEM = 40 << 10  # a computed x in shared memory (gemvfused.egg GemvXMax): 8 KB left of the 48 KB
+PROLOGUE_TILE = 8
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,7 @@ class KernelGemvFused(KernelOp):
         x = self.x[0] if self.x else FLeaf(m - b)  # no body: x is input m
         prologue = ""
         if not isinstance(x, FLeaf):
-            if self.k.value * dt.itemsize > X_SMEM_MAX:
+            if self.k.value * dt.itemsize > PROLOGUE_SMEM:
                 raise BackendError(f"KernelGemvFused: a computed x of {self.k} {dt} exceeds shared memory (rule guard)")
             prologue = _prologue(x, leaf_dts, v.block, self.k.value, dt, b)
         weights = tuple((f"in{q}", ld.value) for q, ld in enumerate(self.lds))
@@ -227,7 +230,9 @@ def _prologue(root: FNode, leaf_dts: tuple[DType, ...], g: int, k: int, dt: DTyp
     def put(name: str, col: str | None) -> list[str]:
         return [f"if (row * ncol + {col} < {k}) xt[row * ncol + {col}] = {store(dt, name)};"]
 
-    lines, tail = row_code(root, leaf_dts, g, rvars, ncol, put, base=base)
+    # registers: the GEMV promises ptxas 4 blocks per SM (64 registers a thread), so the prologue
+    # keeps at most PROLOGUE_TILE values per thread per array; longer rows re-read x from L1/L2
+    lines, tail = row_code(root, leaf_dts, g, rvars, ncol, put, base=base, tile_max=PROLOGUE_TILE)
     body = [*row_coords(row_shape), *lines, *tail, "__syncthreads();  // the group's shared scratch is reused"]
     return (f"    {dt.cuda}* xt = reinterpret_cast<{dt.cuda}*>(xs);\n    const int lane = threadIdx.x;\n"
             f"    for (long long row = 0; row < {c_expr(prod(row_shape))}; ++row) {{\n"
