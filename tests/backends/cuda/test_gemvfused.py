@@ -164,6 +164,22 @@ def test_preferred_plan_fuses_at_s1(name, dt):
     _check(g, llir, _feed(g, {"s": 1}, 3), dt, name)
 
 
+@pytest.mark.parametrize("dt,dim,hidden", [(lm.bf16, 4096, 14336), (lm.f32, 8192, 2048), (lm.f16, 2048, 8192)],
+                         ids=["bf16-8b", "f32-k8192", "f16-1b"])  # fmt: skip
+def test_real_shapes_compile_for_sm90(dt, dim, hidden):
+    """The MLP half-block at model shapes: a long computed x in shared memory (k = dim), its norm's
+    reduction over more values than a thread keeps in registers, the gated pair and the down GEMV."""
+    g = lm.Graph()
+    h = g.tensor("h", ("s", dim), dt)
+    w = g.tensor("w", (dim,), dt).persist()
+    x = (h.cast(lm.f32).rms_norm(-1, 1e-5) * w.cast(lm.f32)).cast(dt)
+    a = _lin(g, x, "Wg", dim, hidden, dt).silu() * _lin(g, x, "Wu", dim, hidden, dt)
+    (h + _lin(g, a, "Wd", hidden, dim, dt)).output("y")
+    ops = _launches(_preferred(g))
+    assert [type(op).__name__ for op in ops] == ["KernelGemvFused"] * 2 and ops[0].x, ops
+    _compiles(ops)
+
+
 def test_what_each_fused_op_holds():
     (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
     assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
