@@ -244,10 +244,14 @@ def test_llama_decode_layer_uses_fused_gemvs():
                     for op in fused)  # fmt: skip
     assert shapes == [
         ((1024,), True, "KernelAcc"),  # lm_head with the final norm
+        ((2048,), False, "KernelAdd"),  # o_proj + residual (reads the attention output)
         ((2048,), False, "KernelAdd"),  # down_proj + residual (reads the gated product)
         ((2048, 512, 512), True, None),  # q, k, v stacked, with the attention norm
         ((8192, 8192), True, "KernelMul"),  # gate, up and silu(gate) * up, with the MLP norm
     ], shapes
+    # every normalized x loads h (the residual stream) from its buffer; every residual is loaded too:
+    # no op recomputes the stream inline, so its input count does not grow with depth
+    assert all(op.n_inputs <= op.m + 3 for op in fused), [(op.m, op.n_inputs) for op in fused]
     assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 3
     assert len(_launches(after)) <= len(_launches(before)) - 8, (launch_summary(before), launch_summary(after))
     _compiles(_launches(after))

@@ -163,7 +163,7 @@ def row_coords(row_shape: EList) -> list[str]:
 
 def row_code(
     root: FNode, in_dts: tuple[DType, ...], g: int, rvars: tuple, ncol: Expression | None,
-    put: Callable[[str, str | None], list[str]], base: int = 0, acc=None, tile_max: int = TILE_MAX,
+    put: Callable[[str, str | None], list[str]], base: int = 0, acc=None, tile_max: int = TILE_MAX, load_base: int = 0,
 ) -> tuple[list[str], list[str]]:  # fmt: skip
     """The statements computing `root` over one row of a row kernel: (prelude, tail). A group of g
     threads (`lane` < g) runs the row; row-level reductions are computed cooperatively in the
@@ -172,7 +172,8 @@ def row_code(
     reductions and the order their loops close in, the second emits them first."""
 
     def emit(first: list | None) -> tuple[Emitter, list[str]]:
-        em = Emitter(in_dts, g, coords=True, strict=first is not None, base=base, acc=acc, tile_max=tile_max)
+        em = Emitter(in_dts, g, coords=True, strict=first is not None, base=base, acc=acc, tile_max=tile_max,
+                     load_base=load_base)  # fmt: skip
         for node, pos in first or ():  # row-level reductions before any loop that reads them
             em.value(node, pos)
         if ncol is None:
