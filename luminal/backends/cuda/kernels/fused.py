@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, elementwise, headers, name_code, store
 from luminal.backends.cuda.kernels.binary import KernelBinary
-from luminal.backends.cuda.kernels.emit import BLOCK, Emitter, c_of, cvar, out_shape, wide
+from luminal.backends.cuda.kernels.emit import BLOCK, TILE_MAX, Emitter, c_of, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.io import KernelCast
 from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.cuda.kernels.unary import KernelUnary
@@ -163,7 +163,7 @@ def row_coords(row_shape: EList) -> list[str]:
 
 def row_code(
     root: FNode, in_dts: tuple[DType, ...], g: int, rvars: tuple, ncol: Expression | None,
-    put: Callable[[str, str | None], list[str]], base: int = 0, acc=None,
+    put: Callable[[str, str | None], list[str]], base: int = 0, acc=None, tile_max: int = TILE_MAX, load_base: int = 0,
 ) -> tuple[list[str], list[str]]:  # fmt: skip
     """The statements computing `root` over one row of a row kernel: (prelude, tail). A group of g
     threads (`lane` < g) runs the row; row-level reductions are computed cooperatively in the
@@ -172,7 +172,8 @@ def row_code(
     reductions and the order their loops close in, the second emits them first."""
 
     def emit(first: list | None) -> tuple[Emitter, list[str]]:
-        em = Emitter(in_dts, g, coords=True, strict=first is not None, base=base, acc=acc)
+        em = Emitter(in_dts, g, coords=True, strict=first is not None, base=base, acc=acc, tile_max=tile_max,
+                     load_base=load_base)  # fmt: skip
         for node, pos in first or ():  # row-level reductions before any loop that reads them
             em.value(node, pos)
         if ncol is None:

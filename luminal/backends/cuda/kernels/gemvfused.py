@@ -41,7 +41,7 @@ from luminal.backends.cuda.kernel import (
 )
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.fused import arg_dtype, row_code, row_coords
-from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, X_SMEM_MAX, GemvSource, GemvVariant, check_gemv, gemv_code
+from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, GemvSource, GemvVariant, check_gemv, gemv_code
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import fexpr
@@ -49,6 +49,9 @@ from luminal.hlir.fexpr import FArgs, FExpr, FLeaf, FNode
 from luminal.hlir.op import EList
 from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod, z
 from luminal.shape.tracker import contiguous_strides
+
+PROLOGUE_SMEM = 40 << 10  # a computed x in shared memory (gemvfused.egg GemvXMax): 8 KB left of the 48 KB
+PROLOGUE_TILE = 8
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,30 @@ class KernelAcc(KernelOp):
 
 
 @dataclass(frozen=True)
+class KernelLoad(KernelOp):
+    """Inside a KernelGemvFused x body: the fused op's input (number of weights + `index`), read
+    like a leaf. The row normalization's input h comes in this way, so no extraction can compute h
+    itself (a residual stream sum, say) inline in every block of the GEMV."""
+
+    index: int
+    dtype: DType
+    n_inputs: ClassVar[int] = 0
+    loads_input: ClassVar[bool] = True
+
+    def out_dtype(self, in_dtypes):
+        return self.dtype
+
+    def input_views(self):
+        return ()
+
+    def reference(self, ins, in_dtypes, env):
+        raise BackendError("KernelLoad has no value outside a KernelGemvFused (its reference substitutes it)")
+
+    def render(self, slots) -> Kernel:
+        raise BackendError("KernelLoad is part of a KernelGemvFused prologue, not a kernel")
+
+
+@dataclass(frozen=True)
 class KernelGemvFused(KernelOp):
     ns: EList
     k: Expression
@@ -98,8 +125,11 @@ class KernelGemvFused(KernelOp):
 
     @property
     def base(self) -> int:
-        """Input position of leaf 0: after the weights, and after x when x is an input (no x body)."""
-        return self.m + (0 if self.x else 1)
+        """Input position of leaf 0: after the weights and the inputs the op reads itself (x when
+        there is no x body, else h, the tensor the x body normalizes: KernelLoad 0; the residual of
+        the epilogue: KernelLoad 1)."""
+        loads = [n.op.index + 1 for n in self.nodes() if isinstance(n.op, KernelLoad)]
+        return self.m + max(loads + [0 if self.x else 1])
 
     @property
     def n_inputs(self) -> int:  # type: ignore[override]
@@ -146,16 +176,27 @@ class KernelGemvFused(KernelOp):
         x = self.x[0] if self.x else FLeaf(self.m - b)
         if isinstance(x, FLeaf):
             reads.append((b + x.index, (self.k,), (z,)))
-        reads += [(b + a.index, *n.op.input_views()[j]) for n in self.nodes() for j, a in enumerate(n.args)
-                  if isinstance(a, FLeaf)]  # fmt: skip
+        for n in self.nodes():
+            for j, a in enumerate(n.args):
+                if isinstance(a, FLeaf):
+                    reads.append((b + a.index, *n.op.input_views()[j]))
+                elif isinstance(a.op, KernelLoad):
+                    reads.append((self.m + a.op.index, *n.op.input_views()[j]))
         return tuple(reads)
 
     # -- semantics ----------------------------------------------------------------------------------
     def reference(self, ins, in_dtypes, env):
-        m, k = self.m, int(self.k.evaluate(env))
-        leaves, leaf_dts = list(ins[self.base :]), tuple(in_dtypes[self.base :])
+        m, k, b = self.m, int(self.k.evaluate(env)), self.base
+        leaves, leaf_dts = list(ins[b:]), tuple(in_dtypes[b:])
         exact = lambda op: op.exact_operands  # noqa: E731
         x = self.x[0] if self.x else None
+        epi = self.epi
+        if b > m:  # the inputs the bodies load: more leaves for the evaluation
+            n0 = len(leaves)
+            load = lambda e: FLeaf(n0 + e.op.index) if _is(e, KernelLoad) else None  # noqa: E731
+            x = fexpr.substitute((x,), load)[0] if x is not None else None
+            epi = fexpr.substitute(epi, load)
+            leaves, leaf_dts = [*leaves, *ins[m:b]], (*leaf_dts, *in_dtypes[m:b])
         if x is None:
             xv = np.asarray(ins[m])
         elif isinstance(x, FLeaf):
@@ -171,7 +212,7 @@ class KernelGemvFused(KernelOp):
         if not self.epi:
             return np.concatenate(accs).astype(self.dtype.np)
         base = len(leaves)
-        (epi,) = fexpr.substitute(self.epi, lambda e: FLeaf(base + e.op.index) if _is_acc(e) else None)
+        (epi,) = fexpr.substitute(epi, lambda e: FLeaf(base + e.op.index) if _is(e, KernelAcc) else None)
         all_dts = (*leaf_dts, *(self.dtype,) * m)
         if isinstance(epi, FLeaf):
             return accs[epi.index - base].astype(self.dtype.np)
@@ -195,12 +236,12 @@ class KernelGemvFused(KernelOp):
         x = self.x[0] if self.x else FLeaf(m - b)  # no body: x is input m
         prologue = ""
         if not isinstance(x, FLeaf):
-            if self.k.value * dt.itemsize > X_SMEM_MAX:
+            if self.k.value * dt.itemsize > PROLOGUE_SMEM:
                 raise BackendError(f"KernelGemvFused: a computed x of {self.k} {dt} exceeds shared memory (rule guard)")
-            prologue = _prologue(x, leaf_dts, v.block, self.k.value, dt, b)
+            prologue = _prologue(x, leaf_dts, v.block, self.k.value, dt, b, m)
         weights = tuple((f"in{q}", ld.value) for q, ld in enumerate(self.lds))
         if self.epi:
-            n, ns, put = c_expr(self.ns[0]), (), _epilogue(self.epi[0], leaf_dts, odt, b)
+            n, ns, put = c_expr(self.ns[0]), (), _epilogue(self.epi[0], leaf_dts, odt, b, m)
         else:
             n, ns, put = c_expr(self.out_size()), tuple(c_expr(e) for e in self.ns), f"out[row] = {store(dt, 'acc0')};"
         src = GemvSource(dtype=dt, kv=kv, weights=weights, n=n, zip=bool(self.epi),
@@ -211,11 +252,11 @@ class KernelGemvFused(KernelOp):
         return Kernel(code, (Launch(name, ceil_div(self.out_size(), num(v.rows_per_block)), v.block),), hdrs)
 
 
-def _is_acc(e: FExpr) -> bool:
-    return isinstance(e, FNode) and isinstance(e.op, KernelAcc)
+def _is(e: FExpr, cls: type) -> bool:
+    return isinstance(e, FNode) and isinstance(e.op, cls)
 
 
-def _prologue(root: FNode, leaf_dts: tuple[DType, ...], g: int, k: int, dt: DType, base: int) -> str:
+def _prologue(root: FNode, leaf_dts: tuple[DType, ...], g: int, k: int, dt: DType, base: int, m: int) -> str:
     """C run by the whole block (g threads): x's first k values into the shared array xs, row by
     row of the root's shape (row-level reductions cooperative), rounded to dt."""
     shape = out_shape(root.op)
@@ -227,14 +268,16 @@ def _prologue(root: FNode, leaf_dts: tuple[DType, ...], g: int, k: int, dt: DTyp
     def put(name: str, col: str | None) -> list[str]:
         return [f"if (row * ncol + {col} < {k}) xt[row * ncol + {col}] = {store(dt, name)};"]
 
-    lines, tail = row_code(root, leaf_dts, g, rvars, ncol, put, base=base)
+    # registers: the GEMV promises ptxas 4 blocks per SM (64 registers a thread), so the prologue
+    # keeps at most PROLOGUE_TILE values per thread per array; longer rows re-read x from L1/L2
+    lines, tail = row_code(root, leaf_dts, g, rvars, ncol, put, base=base, tile_max=PROLOGUE_TILE, load_base=m)
     body = [*row_coords(row_shape), *lines, *tail, "__syncthreads();  // the group's shared scratch is reused"]
     return (f"    {dt.cuda}* xt = reinterpret_cast<{dt.cuda}*>(xs);\n    const int lane = threadIdx.x;\n"
             f"    for (long long row = 0; row < {c_expr(prod(row_shape))}; ++row) {{\n"
             + "".join(f"      {ln}\n" for ln in body) + "    }\n")  # fmt: skip
 
 
-def _epilogue(root: FExpr, leaf_dts: tuple[DType, ...], odt: DType, base: int) -> str:
+def _epilogue(root: FExpr, leaf_dts: tuple[DType, ...], odt: DType, base: int, m: int) -> str:
     """C storing output row `row` (a thread of its own: lane 0) from acc0.. and the leaves."""
     if not isinstance(root, FNode):
         raise BackendError("KernelGemvFused: the epilogue is a plain input (codegen invariant)")
@@ -250,7 +293,8 @@ def _epilogue(root: FExpr, leaf_dts: tuple[DType, ...], odt: DType, base: int) -
             raise BackendError(f"KernelGemvFused: dot product {node.op.index} read at {flat}, not at its row (rules)")
         return f"acc{node.op.index}"
 
-    lines, tail = row_code(root, leaf_dts, 1, coords, None, lambda v, _: [f"out[row] = {store(odt, v)};"], base, acc)
+    lines, tail = row_code(root, leaf_dts, 1, coords, None, lambda v, _: [f"out[row] = {store(odt, v)};"], base, acc,
+                           load_base=m)  # fmt: skip
     return "const int lane = 0; " + " ".join((*lines, *tail))
 
 
@@ -301,4 +345,4 @@ class KernelSlice(KernelOp):
 
 
 # preference order (backend.py): a slice of the stacked q/k/v GEMV before a GEMV of its own
-GEMV_FUSED_OPS = (KernelSlice, KernelGemvFused, KernelAcc)
+GEMV_FUSED_OPS = (KernelSlice, KernelGemvFused, KernelAcc, KernelLoad)
