@@ -246,14 +246,13 @@ class _Compilation:
         if len(buckets) < 2 or len(phases) < 2:
             return
         for name, graph in self.regions:
+            todo = {key: gp for gp, key in (self._program(name, graph, b) for b in buckets)}
+            todo = {key: gp for key, gp in todo.items() if not self.cache.has_egraph(key)}
+            if len(todo) < 2:
+                continue
             base = prog.serialize_graph(graph, self.registry, {})
-            pending: dict[str, list[str]] = {}
-            for b in buckets:
-                gp, key = self._program(name, graph, b)
-                head = gp.commands[: len(base.commands)]
-                if key in pending or self.cache.has_egraph(key) or head != base.commands:
-                    continue
-                pending[key] = list(gp.commands[len(base.commands) :])
+            n = len(base.commands)
+            pending = {key: list(gp.commands[n:]) for key, gp in todo.items() if gp.commands[:n] == base.commands}
             if len(pending) < 2:
                 continue
             self.stats["cache_hit"] = False
