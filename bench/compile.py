@@ -11,7 +11,8 @@ torch.compile time of the same architecture (transformers, random weights, same 
   python bench/compile.py                                   # reference backend (CPU), every preset
   python bench/compile.py --backend cuda --presets llama-3.2-1b,qwen3-0.6b,gemma-3-1b --torch
   python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
-Add `--json FILE` to append one JSON line per measurement.
+Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
+breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ PRESETS = ("llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-
 def graphs(preset: str, max_seq: int, layers: int | None):
     """[(name, graph, buckets)] of one preset: the step graph(s) its runtime compiles."""
     if preset.startswith("synthetic-"):
-        return [(preset, synthetic(int(preset.split("-")[1])), {"s": [(1, 1), (2, max_seq)]})]
+        return [("step", synthetic(int(preset.split("-")[1])), {"s": [(1, 1), (2, max_seq)]})]
     from luminal.models import gemma, llama, qwen, whisper
 
     if preset.startswith("whisper-"):
@@ -194,6 +195,8 @@ def main(argv: list[str]) -> None:
                         break
                     m = json.loads(r.stdout.strip().splitlines()[-1])
                     print(_row(m, run), flush=True)
+                    if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0") and r.stderr.strip():
+                        print(r.stderr.rstrip(), file=sys.stderr, flush=True)  # the compile's own breakdown
                     if a.json:
                         with open(a.json, "a") as f:
                             f.write(json.dumps(m | {"run": run}) + "\n")

@@ -63,6 +63,10 @@ class CompileCache:
             return None
         return data
 
+    def has_egraph(self, key: str) -> bool:
+        """Whether an e-graph entry exists for `key` (not whether it is intact: loading checks that)."""
+        return self.root is not None and (self._dir(key) / "egraph.json.gz").exists()
+
     def store_egraph(self, key: str, data: dict) -> None:
         self._store(key, "egraph.json.gz", data, compressed=True)
         self.prune()

@@ -30,7 +30,7 @@ from luminal.egraph.costs import OpCosts
 from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
-from luminal.egraph.run import PhaseReport, saturate
+from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
 from luminal.errors import CompileError, InputError
 from luminal.graph import Graph
@@ -57,6 +57,7 @@ class CompileOptions:
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
+    share_saturation: bool = True  # buckets differing only in bound facts share one saturation
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
@@ -185,6 +186,8 @@ class _Compilation:
         self.regions = self.rolling.regions() if self.rolling is not None else [("graph", graph)]
         self.saturations: dict[str, int] = {name: 0 for name, _ in self.regions}
         self.memo: dict[str, tuple[LLIRGraph, dict]] = {}  # region key -> plan (buckets sharing a region)
+        self.programs: dict[tuple, tuple[prog.GraphProgram, str]] = {}
+        self.pre: dict[str, RunResult] = {}  # region key -> e-graph saturated together with other buckets
         self.stats["time_roll_s"] += time.perf_counter() - t
         # per-op costs measured by earlier compiles on this device (costs.py), and the ones this one adds
         self.cost_key = cache_key("op-costs", backend.name, backend.device, _version(backend))
@@ -214,12 +217,8 @@ class _Compilation:
     def region(self, name: str, graph: Graph, bounds: Bounds) -> tuple[LLIRGraph, dict]:
         """The plan of one region (the whole graph when nothing rolled) in one bucket."""
         st = self.stats
-        t = time.perf_counter()
-        gp = prog.serialize_graph(graph, self.registry, bounds)
-        be = self.backend
-        key = cache_key(self.head + gp.text + self.phases_text, be.name, be.device, _version(be))
+        gp, key = self._program(name, graph, bounds)
         skey = self.search_key[:16]
-        st["time_serialize_s"] += time.perf_counter() - t
         if key in self.memo:
             llir, meta = self.memo[key]
             return llir, meta | {"cache": "shared"}
@@ -246,9 +245,11 @@ class _Compilation:
         data = self.cache.load_egraph(key)
         if data is None:
             st["cache_hit"] = False
-            res = saturate(self.head, gp, self.backend.phases)
-            self.saturations[name] += 1
-            st["egglog_commands"] = st.get("egglog_commands", 0) + len(gp.commands)
+            res = self.pre.pop(key, None)
+            if res is None:
+                res = saturate(self.head, gp, self.backend.phases)
+                self.saturations[name] += 1
+                st["egglog_commands"] = st.get("egglog_commands", 0) + len(gp.commands)
             data = res.egraph_json
             st["time_saturate_s"] += res.time_load_s + res.time_saturate_s
             st["time_pool_s"] += res.time_pool_s
@@ -281,6 +282,44 @@ class _Compilation:
                  "cost": found.best.cost}  # fmt: skip
         return found.best.llir, meta
 
+    def _program(self, name: str, graph: Graph, bounds: Bounds) -> tuple[prog.GraphProgram, str]:
+        """A region's program in one bucket and its cache key (memoized per region and bucket)."""
+        k = (name, tuple(sorted(bounds.items())))
+        if k not in self.programs:
+            t = time.perf_counter()
+            gp = prog.serialize_graph(graph, self.registry, bounds)
+            be = self.backend
+            key = cache_key(self.head + gp.text + self.phases_text, be.name, be.device, _version(be))
+            self.programs[k] = (gp, key)
+            self.stats["time_serialize_s"] += time.perf_counter() - t
+        return self.programs[k]
+
+    def prepare(self, buckets: Sequence[Bounds]) -> None:
+        """Buckets whose region programs differ only in their bound facts (and are not cached) share
+        one saturation: every phase but the last (cleanup) runs once, then each bucket's facts are
+        added and the phases re-run from there (run.saturate_buckets), which costs only the matches
+        the facts enable. The e-graphs equal the separately saturated ones (tests/egraph/test_roll.py)."""
+        phases = self.backend.phases
+        if len(buckets) < 2 or len(phases) < 2:
+            return
+        for name, graph in self.regions:
+            todo = {key: gp for gp, key in (self._program(name, graph, b) for b in buckets)}
+            todo = {key: gp for key, gp in todo.items() if not self.cache.has_egraph(key)}
+            if len(todo) < 2:
+                continue
+            base = prog.serialize_graph(graph, self.registry, {})
+            n = len(base.commands)
+            pending = {key: list(gp.commands[n:]) for key, gp in todo.items() if gp.commands[:n] == base.commands}
+            if len(pending) < 2:
+                continue
+            self.stats["cache_hit"] = False
+            for key, res in zip(pending, saturate_buckets(self.head, base, list(pending.values()), phases,
+                                                          shared=len(phases) - 1), strict=True):  # fmt: skip
+                self.pre[key] = res
+            self.saturations[name] += 1
+            self.stats["egglog_commands"] = (self.stats.get("egglog_commands", 0) + len(base.commands)
+                                             + sum(len(f) for f in pending.values()))  # fmt: skip
+
     def _dump(self, name: str, content: Callable[[], str]) -> None:
         """LUMINAL_DUMP: write `content()` (computed only when dumping) as `name` in the dump dir."""
         if self.dump is not None:
@@ -293,7 +332,10 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     t_start = time.perf_counter()
     counters = _counters(backend)
     comp = _Compilation(graph, backend, opts)
-    plans = [(b, comp.bucket(b)) for b in bucket_bounds(graph, opts.buckets)]
+    buckets = bucket_bounds(graph, opts.buckets)
+    if opts.share_saturation:
+        comp.prepare(buckets)
+    plans = [(b, comp.bucket(b)) for b in buckets]
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     t = time.perf_counter()

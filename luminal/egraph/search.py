@@ -15,6 +15,7 @@ batches, so the backend measures every new op of a batch at once.
    rest of the plan, so only the ops around the changed choice are new and need measuring.
 3. When no single choice improves the plan, mutations of the best parents (1..`mutations` classes)
    explore further until the budget ends.
+4. With a pricer, the `confirm` best-priced plans and the preferred one are timed as whole plans.
 The budget is a count of distinct priced candidates and a wall-clock limit; with a fixed `seed`
 the result is reproducible whenever the count, not the clock, ends the search.
 """
@@ -149,7 +150,8 @@ def search(
     ranked = sorted(st.seen.values(), key=lambda c: c.cost)  # stable: ties keep discovery order
     n_conf = 0
     if pricer is not None and n_sets > 1 and opts.confirm > 1 and len(ranked) > 1:
-        ranked, n_conf = _confirm(ranked, profile, opts.confirm, st)
+        first = next(iter(st.seen.values()))  # the preferred plan is always timed whole: a safety net
+        ranked, n_conf = _confirm(ranked, profile, opts.confirm, st, first)
     res = SearchResult(ranked[0], ranked, n_sets, len(st.seen), st.dup, st.fail, time.perf_counter() - st.t0, n_conf)
     log.debug("search: %d choice sets, %d priced, %d duplicates, %d failed, %d confirmed, best cost %.4g",
               n_sets, res.n_profiled, res.n_duplicates, res.n_failed, n_conf, res.best.cost)  # fmt: skip
@@ -189,10 +191,12 @@ def _descend(st: _State, rng: random.Random) -> bool:
     return True
 
 
-def _confirm(ranked: list[Candidate], profile, n: int, st: _State) -> tuple[list[Candidate], int]:
-    """Time the `n` best-priced plans as whole plans; they lead the ranking in measured order."""
+def _confirm(ranked: list[Candidate], profile, n: int, st: _State, first: Candidate) -> tuple[list[Candidate], int]:
+    """Time the `n` best-priced plans, and the first (preferred) one, as whole plans; they lead the
+    ranking in measured order (ties: the better price)."""
     timed: list[tuple[float, int, Candidate]] = []
-    for k, c in enumerate(ranked[:n]):
+    pick = ranked[:n] + ([first] if first.fingerprint not in {c.fingerprint for c in ranked[:n]} else [])
+    for k, c in enumerate(pick):
         try:
             timed.append((float(profile(c.llir)), k, c))
         except LuminalError as e:
