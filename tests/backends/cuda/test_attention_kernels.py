@@ -129,7 +129,7 @@ def test_kernels_compute_attention_on_cpu(case, emulated):
     op = make_op(**kw)
     env = {"s": s, "p": p}
     q, k, v = inputs(op, env, seed=len(case))
-    got = emulated.run(op, q, k, v, env)
+    got = emulated.run(op, q, k, v, env=env)
     assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
 
 
