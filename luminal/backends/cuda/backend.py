@@ -17,6 +17,7 @@ from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
+from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.egraph.llir import LLIRGraph
@@ -46,7 +47,7 @@ def matmul_ops() -> tuple:
 class CudaBackend:
     name = "cuda"
     # preference order: fused attention, library matmuls, GEMV, fused kernels, the rest
-    ops = (*ATTENTION_KERNELS, *matmul_ops(), *KERNEL_OPS)
+    ops = (*ATTENTION_KERNELS, *PAGED_KERNELS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES

@@ -136,3 +136,69 @@ def test_paged_kernels_on_the_gpu(dt):
             dev.synchronize()
             assert np.isnan(out[n:].astype(np.float32)).all()
             assert_matches(out[:n], numpy_paged(op, ins, env), dt, 1.0, f"B={b} {kw}")
+
+
+# -- the rule -------------------------------------------------------------------------------------------
+def _paged_block(dt, window=None, hd=64):
+    import luminal as lm
+    from luminal.nn.attention import PagedKV, attend_paged, paged_read
+
+    g = lm.Graph()
+    s = var("s")
+    kv = PagedKV.inputs(g)
+    q = g.tensor("q", ("s", 4, hd), dt).reshape(s, 2, 2, hd).permute(1, 2, 0, 3)  # (n_kv, groups, s, hd)
+    k, v = (g.tensor(n, ("s", 2, hd), dt).permute(1, 0, 2) for n in "kv")
+    pools = [g.tensor(f"cache.0.{n}", (2, POOL, hd), dt).persist() for n in "kv"]
+    rows = kv.rows()
+    slot = rows.take_along_axis(kv.pos.unsqueeze(1), 1).squeeze(1)
+    k_all, v_all = (
+        p.scatter(slot, x, axis=1).output(p_name)
+        for p, x, p_name in zip(pools, (k, v), ("cache.0.k", "cache.0.v"), strict=True)
+    )
+    attend_paged(q, paged_read(k_all, rows), paged_read(v_all, rows), kv.mask(window), hd**-0.5).output("y")
+    return g
+
+
+def _paged_feed(g, lens, dt, seed):
+    rng = np.random.default_rng(seed)
+    b = len(lens)
+    table = np.zeros((b, max(lens)), np.int32)
+    table[np.arange(max(lens)) < np.array(lens)[:, None]] = rng.permutation(POOL)[: sum(lens)]
+    hd = int(g.input_shapes["q"][2])
+    feed = {n: rng.uniform(-1, 1, (b, sh, hd)).astype(dt.np) for n, sh in (("q", 4), ("k", 2), ("v", 2))}
+    feed |= {f"cache.0.{n}": rng.uniform(-1, 1, (2, POOL, hd)).astype(dt.np) for n in "kv"}
+    feed |= {"kv.table": table, "kv.seq": np.arange(b, dtype=np.int32), "kv.pos": np.array(lens, np.int32) - 1}
+    return feed, {"s": b, "b": b, "pages": max(lens)}
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_rule_fuses_paged_attention_and_the_plan_equals_the_oracle(window):
+    from luminal.egraph.compile import CompileOptions, compile_plans
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+    from tests.egraph.util import oracle
+
+    g = _paged_block(DType.f32, window)
+    _, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
+    fused = [n.op for n in llir.nodes if isinstance(n.op, KernelPagedAttention)]
+    assert len(fused) == 1 and fused[0].window == (window or 0), llir.op_counts()
+    for lens in ([4], [2, 7, 1], [5, 3, 9, 1, 2, 8, 6, 4]):
+        feed, env = _paged_feed(g, lens, DType.f32, seed=len(lens))
+        got = CpuCudaBackend().load(llir).run(feed, env)
+        want = oracle(g, feed, env)
+        for name, arr in want.items():
+            assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, DType.f32, 1.0, f"{name} B={len(lens)}")
+
+
+def test_paged_model_layer_fuses():
+    import luminal as lm
+    from luminal import nn
+    from luminal.egraph.compile import CompileOptions, compile_plans
+    from luminal.nn.attention import PagedKV
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+
+    g = lm.Graph()
+    x = g.tensor("x", ("s", 96))
+    att = nn.Attention(g, "a", 96, 4, 2, 64, nn.KVCache("cache.0", 2, POOL, 64, paged=True), window=16)
+    att(x, None, paged=PagedKV.inputs(g)).output("y")
+    _, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
+    assert [type(n.op).__name__ for n in llir.nodes].count("KernelPagedAttention") == 1, llir.op_counts()
