@@ -202,3 +202,28 @@ def test_paged_model_layer_fuses():
     att(x, None, paged=PagedKV.inputs(g)).output("y")
     _, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
     assert [type(n.op).__name__ for n in llir.nodes].count("KernelPagedAttention") == 1, llir.op_counts()
+
+
+def test_every_sampled_extraction_of_paged_attention_agrees():
+    import random
+
+    from luminal.egraph.compile import build_egraph, preference
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+    from tests.egraph.util import oracle
+
+    g = _paged_block(DType.f32, 4)
+    view = build_egraph(g, CpuCudaBackend())
+    feed, env = _paged_feed(g, [3, 9, 5], DType.f32, seed=11)
+    want = oracle(g, feed, env)
+    rng = random.Random(2)
+    seen, fused = set(), 0
+    for gen in [view.preferred_genome(preference(CpuCudaBackend()))] + [view.random_genome(rng) for _ in range(10)]:
+        llir = view.extract(view.repair(gen))
+        if llir.fingerprint() in seen:
+            continue
+        seen.add(llir.fingerprint())
+        fused += any(isinstance(n.op, KernelPagedAttention) for n in llir.nodes)
+        got = CpuCudaBackend().load(llir).run(feed, env)
+        for name, arr in want.items():
+            assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, DType.f32, 1.0, f"{name} {llir.op_counts()}")
+    assert fused >= 1 and len(seen) > fused, (fused, len(seen))
