@@ -165,17 +165,22 @@ class Emulated:
         subprocess.run(cmd, check=True, capture_output=True)
         self.so = ctypes.CDLL(str(lib))
 
-    def run(self, op: KernelAttention, *ins: np.ndarray, env: dict[str, int]) -> np.ndarray:
+    def run(
+        self, op: KernelAttention, *ins: np.ndarray, env: dict[str, int], grid_env: dict | None = None
+    ) -> np.ndarray:
+        """`grid_env`: the bucket's upper bounds a pinned plan sizes its grids at (runtime.py: a step
+        launches max(live grid, pinned grid) blocks; the kernels must exit past the live sizes)."""
         dims = np.zeros(len(self.slots) + 2, np.int64)
         for name, i in self.slots.items():
             if not name.startswith("!"):
                 dims[i] = env[name]
         n = int(op.out_size().evaluate(env))
         out = np.full(n + 8, np.nan, op.dtype.np)  # 8 past the end: must stay untouched
-        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(env)) // 4), np.nan, np.float32)
+        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(grid_env or env)) // 4), np.nan, np.float32)
         ptrs = (ctypes.c_void_p * (1 + len(ins)))(*(a.ctypes.data for a in (out, *ins)))
         args = [ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(scratch.ctypes.data)]
         for ln in self.kernels[op].launches:  # as in a CUDA graph: a gated-off launch still runs one block
-            getattr(self.so, f"run_{ln.name}")(*args, max(1, int(ln.grid.evaluate(env))), ln.block)
+            grid = max(1, int(ln.grid.evaluate(env)), int(ln.grid.evaluate(grid_env or env)))
+            getattr(self.so, f"run_{ln.name}")(*args, grid, ln.block)
         assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
         return out[:n]
