@@ -7,6 +7,7 @@ source "$(dirname "$0")/gpu_env.sh"
 rc=0
 echo "== attention cuda tests" | tee -a "$OUT/summary.txt"
 timeout 240 python3 -m pytest tests/backends/cuda/test_attention_kernels.py tests/backends/cuda/test_attention.py \
+  tests/backends/cuda/test_attention_paged.py \
   -q -p no:cacheprovider -m cuda --maxfail=10 -rs 2>&1 | tee "$OUT/attention_tests.log" | tail -15
 rc=$((rc | ${PIPESTATUS[0]})); tail -1 "$OUT/attention_tests.log" >> "$OUT/summary.txt"
 if command -v compute-sanitizer >/dev/null; then

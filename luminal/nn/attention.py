@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import luminal as lm
 from luminal.errors import ShapeError
+from luminal.frontend.indexing import gather_flat
 from luminal.graph import Graph
 from luminal.nn.check import block_name, expect
 from luminal.nn.linear import Linear
@@ -96,7 +97,20 @@ class KVCache:
         slot = rows.take_along_axis(kv.pos.unsqueeze(1), 1).squeeze(1)  # (s,)
         k_all = k_cache.scatter(slot, k, axis=1).output(f"{self.name}.k")
         v_all = v_cache.scatter(slot, v, axis=1).output(f"{self.name}.v")
-        return k_all.gather(rows, axis=1), v_all.gather(rows, axis=1)
+        return paged_read(k_all, rows), paged_read(v_all, rows)
+
+
+def paged_read(cache: GraphTensor, rows: GraphTensor) -> GraphTensor:
+    """cache (n_kv, slots, hd) read at the slots `rows` (s, pages) -> (n_kv, s, pages, hd): one Gather
+    whose flat index is head * slots * hd + slot * hd + d (rows hold valid slots: no negative wrap).
+    The fused paged kernel reads the pool through `rows` instead (attention_paged.egg)."""
+    g = cache.graph
+    n_kv, slots, hd = (int(d) for d in cache.shape)  # literals: the pool has a fixed size
+    s, pages = rows.shape
+    shape = (n_kv, s, pages, hd)
+    head = g.iota(z * (slots * hd), (n_kv,)).reshape(n_kv, 1, 1, 1)
+    slot = (rows * hd).unsqueeze(0).unsqueeze(-1)  # (1, s, pages, 1)
+    return gather_flat(cache, (head + slot).expand(*shape) + g.iota(z, (hd,)))
 
 
 def causal_mask(
@@ -126,13 +140,14 @@ def attend(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | N
 
 def attend_paged(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None, scale: float) -> GraphTensor:
     """attend() where every query has its own keys (a paged cache): q (n_kv, groups, s, hd); k, v
-    (n_kv, s, pages, hd); mask (s, pages) bool. Returns (n_kv, groups, s, hd)."""
-    q = q.unsqueeze(3)  # (n_kv, groups, s, 1, hd)
+    (n_kv, s, pages, hd); mask (s, pages) bool. Returns (n_kv, groups, s, hd). The products are the
+    same Mul -> SumReduce pairs a matmul spells, with the reduced axis last."""
     k, v = k.unsqueeze(1), v.unsqueeze(1)  # (n_kv, 1, s, pages, hd)
-    scores = (q @ k.transpose(-1, -2)).cast(lm.f32) * scale  # (n_kv, groups, s, 1, pages)
+    scores = (q.unsqueeze(3) * k).sum(-1).cast(lm.f32) * scale  # (n_kv, groups, s, pages)
     if mask is not None:
-        scores = lm.where(mask.unsqueeze(1), scores, -math.inf)
-    return (scores.softmax(-1).cast(v.dtype) @ v).squeeze(3)
+        scores = lm.where(mask, scores, -math.inf)
+    p = scores.softmax(-1).cast(v.dtype)
+    return (p.unsqueeze(3) * v.transpose(-1, -2)).sum(-1)  # (n_kv, groups, s, hd)
 
 
 class Attention:

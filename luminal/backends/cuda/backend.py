@@ -19,6 +19,7 @@ from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
+from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
@@ -58,7 +59,7 @@ def matmul_ops() -> tuple:
 class CudaBackend:
     name = "cuda"
     # preference order: fused attention, fused GEMVs, library matmuls, GEMV, fused kernels, the rest
-    ops = (*ATTENTION_KERNELS, *GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
+    ops = (*ATTENTION_KERNELS, *PAGED_KERNELS, *GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES

@@ -112,8 +112,7 @@ static inline void KNAME_cp_wait0() {}
 """
 
 RUN = r"""
-extern "C" void run_{entry}(void* out, const void* q, const void* k, const void* v, const long long* dims,
-                          float* scratch, int grid, int block) {{
+extern "C" void run_{entry}(void** ins, const long long* dims, float* scratch, int grid, int block) {{
   std::barrier<> bar(block); block_bar = &bar;
   std::barrier<> done(block);
   for (int i = 0; i < (block + 31) / 32; ++i) warp_bar[i] = new std::barrier<>(32);
@@ -123,7 +122,7 @@ extern "C" void run_{entry}(void* out, const void* q, const void* k, const void*
       threadIdx.x = t;
       for (int b = 0; b < grid; ++b) {{
         blockIdx.x = b;
-        {entry}(({T}*)out, (const {T}*)q, (const {T}*)k, (const {T}*)v, dims, scratch);
+        {entry}(({T}*)ins[0], {args}dims, scratch);
         done.arrive_and_wait();
       }}
     }});
@@ -156,23 +155,32 @@ class Emulated:
                 code = code[:a] + EMU.replace("KNAME", name) + code[b:]
             elem = _ELEM[op.dtype].replace("ELEM", f"{kern.launches[0].name}_elem")
             parts.append(elem + code.replace("ELEM(", f"{kern.launches[0].name}_elem("))
-            parts += [RUN.format(entry=ln.name, T=_CTYPE[op.dtype]) for ln in kern.launches]
+            t = _CTYPE[op.dtype]
+            args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
+            args += "".join(f"(const int*)ins[{k}], " for k in range(4, op.n_inputs + 1))
+            parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + "".join(dict.fromkeys(parts)))
         cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)]
         subprocess.run(cmd, check=True, capture_output=True)
         self.so = ctypes.CDLL(str(lib))
 
-    def run(self, op: KernelAttention, q: np.ndarray, k: np.ndarray, v: np.ndarray, env: dict[str, int]) -> np.ndarray:
+    def run(
+        self, op: KernelAttention, *ins: np.ndarray, env: dict[str, int], grid_env: dict | None = None
+    ) -> np.ndarray:
+        """`grid_env`: the bucket's upper bounds a pinned plan sizes its grids at (runtime.py: a step
+        launches max(live grid, pinned grid) blocks; the kernels must exit past the live sizes)."""
         dims = np.zeros(len(self.slots) + 2, np.int64)
         for name, i in self.slots.items():
             if not name.startswith("!"):
                 dims[i] = env[name]
         n = int(op.out_size().evaluate(env))
         out = np.full(n + 8, np.nan, op.dtype.np)  # 8 past the end: must stay untouched
-        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(env)) // 4), np.nan, np.float32)
-        args = [ctypes.c_void_p(a.ctypes.data) for a in (out, q, k, v, dims, scratch)]
+        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(grid_env or env)) // 4), np.nan, np.float32)
+        ptrs = (ctypes.c_void_p * (1 + len(ins)))(*(a.ctypes.data for a in (out, *ins)))
+        args = [ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(scratch.ctypes.data)]
         for ln in self.kernels[op].launches:  # as in a CUDA graph: a gated-off launch still runs one block
-            getattr(self.so, f"run_{ln.name}")(*args, max(1, int(ln.grid.evaluate(env))), ln.block)
+            grid = max(1, int(ln.grid.evaluate(env)), int(ln.grid.evaluate(grid_env or env)))
+            getattr(self.so, f"run_{ln.name}")(*args, grid, ln.block)
         assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
         return out[:n]

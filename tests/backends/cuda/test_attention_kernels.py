@@ -129,7 +129,21 @@ def test_kernels_compute_attention_on_cpu(case, emulated):
     op = make_op(**kw)
     env = {"s": s, "p": p}
     q, k, v = inputs(op, env, seed=len(case))
-    got = emulated.run(op, q, k, v, env)
+    got = emulated.run(op, q, k, v, env=env)
+    assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", ["dec-bf16-s3-softcap", "pre-bf16-s9", "rows-f32-s12-window"])
+def test_grids_pinned_at_bucket_bounds_are_safe(case, emulated):
+    """Launched with max(live, upper-bound) grids and scratch sized at the bucket bounds (s = 64, p = 400), the
+    kernels compute the live sizes and exit past them (runtime.py pins grids of bounded plans)."""
+    kw, s, p = CASES[case]
+    op = make_op(**kw)
+    env, upper = {"s": s, "p": p}, {"s": 64, "p": 400}
+    assert op.scratch_bytes().evaluate(upper) >= op.scratch_bytes().evaluate(env)  # sized at the bounds: enough
+    q, k, v = inputs(op, env, seed=5)
+    got = emulated.run(op, q, k, v, env=env, grid_env=upper)
     assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
 
 

@@ -122,7 +122,9 @@ class KernelAttention(KernelOp):
 
     def scratch_bytes(self, variant: dec.DecodeVariant | None = None) -> Expression:
         sp = self.spec(variant)
-        rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS)) * lt(self.s, num(DECODE_ROWS + 1))
+        # monotone in s (a plan pinned at its bucket's upper bounds sizes scratch there): the decode
+        # path's partials for up to DECODE_ROWS query rows
+        rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS))
         return rows * num(dec.splits(sp) * (sp.head_dim + 2) * 4)
 
     def render(self, slots, variant: dec.DecodeVariant | None = None) -> Kernel:

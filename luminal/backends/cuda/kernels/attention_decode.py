@@ -70,6 +70,7 @@ class Spec:
     scale: float
     softcap: float
     variant: DecodeVariant = DECODE
+    paged: bool = False  # keys through a page table: inputs (.., rows (s, t) slots, pos (s,) positions)
 
 
 def rows_per_block(sp: Spec) -> int:
@@ -146,10 +147,23 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
 """
 
 
-def _params(t: str) -> str:
+def _params(t: str, paged: bool = False) -> str:
+    table = "const int* __restrict__ rows, const int* __restrict__ pos, " if paged else ""
     return (f"({t}* __restrict__ out, const {t}* __restrict__ q, const {t}* __restrict__ k, "
-            "const {t}* __restrict__ v, const long long* __restrict__ dims, float* __restrict__ scratch)"
+            f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch)"
             ).replace("{t}", t)  # fmt: skip
+
+
+def _past(sp: Spec) -> str:
+    """C declaring `past` for query row `i`: the op's past, or pos[i] - i through a page table."""
+    if sp.paged:
+        return "  const long long past = (long long)pos[i] - i;\n"
+    return f"  const long long past = {c_expr(sp.past)};\n"
+
+
+def _key(sp: Spec, j: str) -> str:
+    """C of key j's row index in the k / v buffers: j, or its slot through the page table."""
+    return f"(long long)rr[{j}]" if sp.paged else j
 
 
 def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
@@ -164,6 +178,7 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
     ksh, ksk = (c_expr(e) for e in sp.k_steps)
     vsh, vsk = (c_expr(e) for e in sp.v_steps)
     tag = "rows" if direct else "dec"
+    table = "  const int* rr = rows + i * T;  // this query's slots, in token order\n" if sp.paged else ""
     shfl = "".join(
         f"#pragma unroll\n    for (int r = 0; r < {r_}; ++r) {{\n"
         f"      x0[r] += __shfl_xor_sync(0xffffffffu, x0[r], {o});\n"
@@ -185,17 +200,17 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
                   f"      if (d == 0) {{ float* ml = scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * hd} + "
                   f"(row * {nsplit} + split) * 2; ml[0] = M; ml[1] = L; }}\n")  # fmt: skip
     return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void __launch_bounds__({THREADS})
-KNAME_{tag}{_params(t)} {{
+KNAME_{tag}{_params(t, sp.paged)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
-  const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
+  const long long T = {c_expr(sp.t)};
   long long b = blockIdx.x;
   const int split = (int)(b % {nsplit}); b /= {nsplit};
   const long long i = b % S; b /= S;
   const int gc = (int)(b % {gc});
   const long long h = b / {gc};
   if (h >= {sp.n_kv}) return;
-  long long lo, hi, chunk;
+{_past(sp)}{table}  long long lo, hi, chunk;
   const int nsplit = KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk);
 {early}  const long long kb = lo + (long long)split * chunk;
   const long long ke = kb + chunk < hi ? kb + chunk : hi;
@@ -221,13 +236,13 @@ KNAME_{tag}{_params(t)} {{
     const bool h0 = j0 < ke, h1 = j1 < ke;
     uint4 ka[2], kc[2], va[2], vc[2];
     if (h0) {{
-      const uint4* pk = reinterpret_cast<const uint4*>(kp + j0 * ({ksk}));
-      const uint4* pv = reinterpret_cast<const uint4*>(vp + j0 * ({vsk}));
+      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j0")} * ({ksk}));
+      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j0")} * ({vsk}));
       ka[0] = pk[0]; ka[1] = pk[1]; va[0] = pv[0]; va[1] = pv[1];
     }} else {{ ka[0] = ka[1] = va[0] = va[1] = zero; }}
     if (h1) {{
-      const uint4* pk = reinterpret_cast<const uint4*>(kp + j1 * ({ksk}));
-      const uint4* pv = reinterpret_cast<const uint4*>(vp + j1 * ({vsk}));
+      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j1")} * ({ksk}));
+      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j1")} * ({vsk}));
       kc[0] = pk[0]; kc[1] = pk[1]; vc[0] = pv[0]; vc[1] = pv[1];
     }} else {{ kc[0] = kc[1] = vc[0] = vc[1] = zero; }}
     float x0[{r_}], x1[{r_}], f[{dl}];
@@ -299,14 +314,14 @@ def combine_code(sp: Spec, decls: str, nsplit: int, skip: str) -> str:
     kernel's range function, KNAME_range_dec, is in the same code)."""
     t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
     rows = f"{sp.n_kv * sp.groups}LL * S"
-    return f"""extern "C" __global__ void __launch_bounds__({hd}) KNAME_comb{_params(t)} {{
+    return f"""extern "C" __global__ void __launch_bounds__({hd}) KNAME_comb{_params(t, sp.paged)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
-  const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
+  const long long T = {c_expr(sp.t)};
   const long long row = blockIdx.x;
   if (row >= {rows}) return;
   const long long i = row % S;
-  long long lo, hi, chunk;
+{_past(sp)}  long long lo, hi, chunk;
   const int nsplit = KNAME_range_dec(T, past, i, &lo, &hi, &chunk);
   const float* acc = scratch + row * {nsplit * hd};
   const float* ml = scratch + {rows} * {nsplit * hd} + row * {2 * nsplit};
