@@ -124,6 +124,8 @@ def compile(module, example_inputs, dynamic=None, backend: str = "auto", example
     """
     if not isinstance(module, torch.nn.Module):
         module = _FnModule(module)
+        if isinstance(dynamic, (tuple, list)):  # forward(*args): the spec of the one `args` parameter
+            dynamic = (tuple(dynamic),)
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     with torch.no_grad():

@@ -35,7 +35,7 @@ class Program:
         self.aten_ops = tr.aten_ops
         self.model = tr.graph.compile(backend, **options)
         self._bound: dict[str, tuple] = {}
-        self._constants = {n: to_numpy(t) for n, t in tr.constants.items()}  # persistent: fed once
+        self._constants = dict(tr.constants)  # persistent, fed on the first call (outside any fake mode)
         COUNTERS["compiles"] += 1
 
     @property
@@ -61,7 +61,7 @@ class Program:
                         continue  # bound earlier, same storage: the runtime still holds the view
                     self._bound[spec.name] = key
                 feed[spec.name] = to_numpy(a)
-        feed.update(self._constants)
+        feed.update({n: to_numpy(t) for n, t in self._constants.items()})
         dims = solve_dims(pairs)
         for d, (lo, hi) in self.ranges.items():
             if d in dims and (dims[d] < lo or (hi is not None and dims[d] > hi)):

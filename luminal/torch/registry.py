@@ -64,3 +64,25 @@ def op_table() -> str:
         h = ops[name]
         lines.append(f"| `{name}` | {h.family} | {h.note} |")
     return "\n".join(lines) + "\n"
+
+
+def write_doc(path: str = "docs/torch.md") -> None:
+    """Regenerate the op table between the markers of docs/torch.md (`python -m luminal.torch.registry`)."""
+    from pathlib import Path
+
+    p = Path(path)
+    text = p.read_text()
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    p.write_text(f"{head}{TABLE_BEGIN}\n{op_table()}{TABLE_END}{tail}")
+
+
+TABLE_BEGIN, TABLE_END = (
+    "<!-- op-table:begin (generated: python -m luminal.torch.registry) -->",
+    "<!-- op-table:end -->",
+)
+
+if __name__ == "__main__":  # run as a script this module is __main__; the table lives in the package's copy
+    from luminal.torch import registry
+
+    registry.write_doc()

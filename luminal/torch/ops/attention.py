@@ -22,6 +22,8 @@ def sdpa(c, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enab
         lead = k.shape[:-3]
         k = k.unsqueeze(-3).expand(*lead, hk, r, *k.shape[-2:]).reshape(*lead, hq, *k.shape[-2:])
         v = v.unsqueeze(-3).expand(*lead, hk, r, *v.shape[-2:]).reshape(*lead, hq, *v.shape[-2:])
+    if v.shape[-2] is not k.shape[-2]:  # torch's meta need not unify them; eager requires them equal
+        v = c.fix(v, (*v.shape[:-2], k.shape[-2], v.shape[-1]))
     e = q.shape[-1]
     sc = scale if scale is not None else 1.0 / math.sqrt(e.value)
     scores = (q @ k.transpose(-1, -2)).cast(DType.f32) * sc  # (..., L, S)

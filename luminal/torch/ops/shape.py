@@ -5,10 +5,10 @@ torch's metadata for the node (already symbolic), so a view never re-derives a s
 from __future__ import annotations
 
 import luminal as lm
-from luminal.shape.expr import Expression
+from luminal.frontend.movement import flat_strides, gather_view, unflatten_index
+from luminal.shape.expr import ZERO, Expression, expr
+from luminal.shape.tracker import ShapeTracker
 from luminal.torch.registry import aten
-
-INT64_MAX = 2**63 - 1
 
 
 @aten("view.default", note="`reshape` to torch's size")
@@ -40,40 +40,46 @@ def squeeze(c, x, dim=None):
     return x.squeeze(axes) if axes else x
 
 
-def _slice_start(d: Expression, start):
-    """torch's slice start, normalized: negatives count from the end, clamped to [0, d]."""
-    if start is None:
+def _negative(e: Expression) -> bool:
+    """A symbolic index that is negative for every size (e.g. `-s`, `1 - 2*s`): counts from the end."""
+    names = e.dims()
+    return int(e.evaluate(dict.fromkeys(names, 1))) < 0 and int(e.evaluate(dict.fromkeys(names, 1 << 20))) < 0
+
+
+def _position(d: Expression, i) -> Expression | int:
+    """torch's start/index on an axis of length d, normalized: negatives count from the end."""
+    if i is None:
         return 0
-    if isinstance(start, int):
-        if start < 0:
-            return max(start + d.value, 0) if d.is_num else d + start
-        return min(start, d.value) if d.is_num else start
-    return start
+    if isinstance(i, int):
+        if i < 0:
+            return max(i + d.value, 0) if d.is_num else d + i
+        return min(i, d.value) if d.is_num else i
+    return d + i if _negative(i) else i
 
 
-@aten("slice.Tensor", note="`x[start:end:step]` on one axis (symbolic bounds allowed)")
+def _take(c, x, dim: int, start, step: int, dims):
+    """x restricted on `dim` to start, start+step, ... (len dims[dim]): a view or one Gather."""
+    start = expr(start)
+    if start is ZERO and step == 1:
+        return x.with_view(ShapeTracker(tuple(dims), x.view.strides))
+    inner = flat_strides(x.shape)
+    idx = ZERO
+    for k, (i, st) in enumerate(zip(unflatten_index(dims), inner, strict=True)):
+        idx = idx + (start + i * step if k == dim else i) * st
+    return gather_view(x, dims, idx)
+
+
+@aten("slice.Tensor", note="`x[start:end:step]` on one axis (symbolic and negative bounds allowed)")
 def slice_(c, x, dim=0, start=None, end=None, step=1):
     dim %= x.ndim
-    d = x.shape[dim]
-    n = c.shape[dim]  # the length torch computed, symbolic or not
-    s0 = _slice_start(d, start)
-    if end is not None and isinstance(end, int) and end >= INT64_MAX:
-        end = None
-    stop = (s0 + (n - 1) * step + 1) if not (isinstance(n, Expression) and n.is_num and n.value == 0) else s0
-    key = [slice(None)] * x.ndim
-    key[dim] = slice(s0, stop, step)
-    return c.fix(x[tuple(key)], c.shape)
+    return _take(c, x, dim, _position(x.shape[dim], start), step, c.shape)
 
 
 @aten("select.int", note="`x[..., index, ...]`")
 def select(c, x, dim, index):
     dim %= x.ndim
-    if isinstance(index, int) and index < 0:
-        index = index + x.shape[dim] if not x.shape[dim].is_num else index + x.shape[dim].value
-    key = [slice(None)] * x.ndim
-    key[dim] = slice(index, index + 1)
-    y = x[tuple(key)]
-    return c.fix(y, (*c.shape[:dim], 1, *c.shape[dim:])).squeeze(dim)
+    y = _take(c, x, dim, _position(x.shape[dim], index), 1, (*c.shape[:dim], 1, *c.shape[dim:]))
+    return y.squeeze(dim)
 
 
 @aten("cat.default", note="`lm.concat` (inputs promoted to one dtype; empty 1-D inputs skipped)")
@@ -84,20 +90,14 @@ def cat(c, tensors, dim=0):
     return lm.concat(ts, dim)
 
 
-def _split_sizes(c, x, dim):
-    return [c.shape_of(i)[dim % x.ndim] for i in range(len(c.meta))]
-
-
 @aten("split_with_sizes.default", note="consecutive slices along `dim`")
 def split(c, x, split_size, dim=0):
     dim %= x.ndim
-    out, start = [], 0
-    for n in _split_sizes(c, x, dim):
-        key = [slice(None)] * x.ndim
-        key[dim] = slice(start, start + n)
-        y = x[tuple(key)]
-        out.append(c.fix(y, (*y.shape[:dim], n, *y.shape[dim + 1 :])))
-        start = start + n
+    out, start = [], ZERO
+    for k in range(len(c.meta)):
+        dims = c.shape_of(k)
+        out.append(_take(c, x, dim, start, 1, dims))
+        start = start + dims[dim]
     return tuple(out)
 
 
