@@ -12,7 +12,7 @@ if [ "$what" != bench ]; then
            tests/backends/cuda/test_gemvfused.py tests/backends/cuda/test_attention_kernels.py \
            tests/backends/cuda/test_attention.py; do
     echo "== $t" | tee -a "$OUT/summary.txt"
-    timeout 150 python3 -m pytest "$t" -m cuda -q -p no:cacheprovider --maxfail=5 -rf 2>&1 | tee -a "$OUT/tests.log" | tail -6
+    timeout ${TEST_TIMEOUT:-150} python3 -m pytest "$t" -m cuda -q -p no:cacheprovider --maxfail=5 -rf 2>&1 | tee -a "$OUT/tests.log" | tail -6
     rc=$((rc | ${PIPESTATUS[0]})); grep -E "passed|failed|error" "$OUT/tests.log" | tail -1 >> "$OUT/summary.txt"
   done
 fi
