@@ -63,6 +63,10 @@ class CompileCache:
             return None
         return data
 
+    def has_egraph(self, key: str) -> bool:
+        """Whether an e-graph entry exists for `key` (not whether it is intact: loading checks that)."""
+        return self.root is not None and (self._dir(key) / "egraph.json.gz").exists()
+
     def store_egraph(self, key: str, data: dict) -> None:
         self._store(key, "egraph.json.gz", data, compressed=True)
         self.prune()
@@ -114,6 +118,15 @@ class CompileCache:
     def store_plan(self, key: str, search_key: str, llir: LLIRGraph, meta: Mapping[str, object]) -> None:
         body = {"llir": llir.to_json(), "fingerprint": llir.fingerprint(), "meta": dict(meta)}
         self._store(key, f"plan-{search_key}.json", body, compressed=False)
+
+    # -- per-op costs (luminal/egraph/costs.py) --------------------------------------------------------
+    def load_costs(self, key: str) -> dict:
+        """Measured op costs of one backend device (key: device + compiler version); {} if none."""
+        data = self._load(key, "op-costs.json", compressed=True)
+        return dict(data.get("costs", {})) if isinstance(data, dict) else {}
+
+    def store_costs(self, key: str, costs: Mapping[str, object]) -> None:
+        self._store(key, "op-costs.json", {"costs": dict(costs)}, compressed=True)
 
     # -- files ---------------------------------------------------------------------------------------
     def _load(self, key: str, name: str, compressed: bool) -> dict | None:

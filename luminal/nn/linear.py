@@ -16,7 +16,10 @@ def weight(g: Graph, name: str, shape: Sequence[int], dtype: object = lm.f32) ->
 
 
 class Linear:
-    """y = x @ W.T + b with W of shape (out, in), as nn.Linear stores it."""
+    """y = x @ W.T + b with W of shape (out, in), as nn.Linear stores it, all in `dtype`.
+
+    The matmul accumulates in f32 and rounds once (NumpyMatmul, cuBLASLt; docs/numerics.md), like
+    torch's 16-bit GEMMs; the bias add rounds once more, as in an unfused torch `x @ W.T + b`."""
 
     def __init__(self, g: Graph, name: str, d_in: int, d_out: int, bias: bool = False, dtype: object = lm.f32):
         self.d_in, self.d_out = d_in, d_out

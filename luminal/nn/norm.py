@@ -10,11 +10,16 @@ from luminal.tensor import GraphTensor
 
 
 class RMSNorm:
-    """x / rms(x) * w (or * (1 + w) when `offset`, as Gemma stores it), over the last axis, in f32."""
+    """x / rms(x) * w (or * (1 + w) when `offset`, as Gemma stores it), over the last axis.
 
-    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-6, offset: bool = False):
+    The weight is stored in `dtype`; the statistics and the scaling run in f32 and the result is
+    rounded once to the input's dtype (transformers' Llama norm rounds the normalized value to the
+    input dtype before scaling, Gemma's rounds once at the end: one rounding is the more accurate)."""
+
+    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-6, offset: bool = False,
+                 dtype: object = lm.f32):  # fmt: skip
         self.eps, self.offset = eps, offset
-        self.weight = weight(g, f"{name}.weight", (dim,))
+        self.weight = weight(g, f"{name}.weight", (dim,), dtype)
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
         d = self.weight.shape[0]
@@ -26,12 +31,13 @@ class RMSNorm:
 
 
 class LayerNorm:
-    """(x - mean) / std * gamma + beta over the last axis, in f32 (Whisper)."""
+    """(x - mean) / std * gamma + beta over the last axis, in f32, rounded once to the input's dtype
+    (Whisper). gamma and beta are stored in `dtype`."""
 
-    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-5):
+    def __init__(self, g: Graph, name: str, dim: int, eps: float = 1e-5, dtype: object = lm.f32):
         self.eps = eps
-        self.weight = weight(g, f"{name}.weight", (dim,))
-        self.bias = weight(g, f"{name}.bias", (dim,))
+        self.weight = weight(g, f"{name}.weight", (dim,), dtype)
+        self.bias = weight(g, f"{name}.bias", (dim,), dtype)
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
         d = self.weight.shape[0]
