@@ -68,7 +68,7 @@ class CompileOptions:
         if bad:
             raise CompileError(f"unknown compile option(s) {sorted(bad)}; known: {sorted(known)}")
         opts = dict(options)
-        for name, lo in (("seed", None), ("search_budget", 1), ("population", 1)):
+        for name, lo in (("seed", None), ("search_budget", 1), ("search_confirm", 0), ("population", 1)):
             if name in opts:
                 v = opts[name]
                 if not _is_int(v) or (lo is not None and v < lo):
@@ -80,13 +80,18 @@ class CompileOptions:
             if not (_is_int(v) or isinstance(v, float)) or not v >= 0:  # `not >=` also rejects NaN
                 raise CompileError(f"compile option search_time_s={v!r}: give a number of seconds >= 0")
             opts["search_time_s"] = float(v)
-        if "cache" in opts and not isinstance(opts["cache"], bool):
-            raise CompileError(f"compile option cache={opts['cache']!r}: give True or False")
+        for name in ("cache", "roll", "share_saturation"):
+            if name in opts and not isinstance(opts[name], bool):
+                raise CompileError(f"compile option {name}={opts[name]!r}: give True or False")
         for name in ("buckets", "profile_dims"):
             if name in opts and opts[name] is None:
                 opts[name] = {}
-            elif name == "buckets" and name in opts and isinstance(opts[name], (list, tuple)) and opts[name] and all(
-                isinstance(plan, Mapping) for plan in opts[name]
+            elif (
+                name == "buckets"
+                and name in opts
+                and isinstance(opts[name], (list, tuple))
+                and opts[name]
+                and all(isinstance(plan, Mapping) for plan in opts[name])
             ):
                 opts[name] = tuple(opts[name])  # an explicit list of {dim: (low, high)} plans
             elif name in opts and not isinstance(opts[name], Mapping):
