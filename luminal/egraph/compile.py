@@ -204,7 +204,7 @@ class _Compilation:
         t = time.perf_counter()
         view = EGraphView(data, self.registry, self.runnable)
         st["time_extract_s"] += time.perf_counter() - t
-        env = _profile_env(graph, bounds, self.opts.profile_dims)
+        env = _profile_env(self.graph, bounds, self.opts.profile_dims)  # all dims: a region may use one in a field only
         t = time.perf_counter()
         pricer = None
         if callable(getattr(self.backend, "measure", None)):
