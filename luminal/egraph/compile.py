@@ -118,7 +118,7 @@ class _Compilation:
         self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,
                             "egraph_classes": 0, "time_serialize_s": 0.0, "time_saturate_s": 0.0,
                             "time_extract_s": 0.0, "time_search_s": 0.0, "time_pool_s": 0.0, "time_roll_s": 0.0,
-                            "cache_hit": True, "phases": [], "buckets": [], "regions": []}  # fmt: skip
+                            "cache_hit": True, "phases": [], "buckets": []}  # fmt: skip
         t = time.perf_counter()
         self.head = prog.prelude(self.registry, backend.rulesets, backend.phases)
         self.phases_text = "\n".join(p.text() for p in backend.phases)
