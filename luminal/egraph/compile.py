@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
 from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
-from luminal.errors import CompileError, InputError
+from luminal.errors import CompileError, InputError, LuminalError
 from luminal.graph import Graph
 from luminal.hlir import HLIR_OPS
 
@@ -274,11 +274,19 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     """Plans for every bucket, their executor (bucket dispatch if several) and the stats dict."""
     t_start = time.perf_counter()
     counters = _counters(backend)
-    comp = _Compilation(graph, backend, opts)
     buckets = bucket_bounds(graph, opts.buckets)
-    if opts.share_saturation:
-        comp.prepare(buckets)
-    plans = [(b, comp.bucket(b)) for b in buckets]
+    comp = _Compilation(graph, backend, opts)
+    try:
+        plans = _plans(comp, buckets)
+    except LuminalError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
+        if comp.rolling is None:
+            raise
+        log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
+        comp = _Compilation(graph, backend, replace(opts, roll=False))
+        comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
+        plans = _plans(comp, buckets)
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     t = time.perf_counter()
@@ -297,6 +305,12 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     if flags.debug():
         log.info("%s", format_stats(stats))
     return executor, llirs, stats
+
+
+def _plans(comp: _Compilation, buckets: list[Bounds]) -> list[tuple[Bounds, LLIRGraph]]:
+    if comp.opts.share_saturation:
+        comp.prepare(buckets)
+    return [(b, comp.bucket(b)) for b in buckets]
 
 
 def build_egraph(graph: Graph, backend: Backend, bounds: Bounds | None = None) -> EGraphView:
