@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from luminal import flags
 from luminal.backends.base import Backend, Executor
 from luminal.egraph import program as prog
@@ -28,6 +30,7 @@ from luminal.egraph.costs import OpCosts
 from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
+from luminal.egraph.rulesets import CLEANUP
 from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
 from luminal.errors import CompileError, InputError, LuminalError
@@ -48,7 +51,10 @@ class CompileOptions:
     search_confirm: int = 3  # best-priced candidates timed as whole plans (backends that measure ops)
     search_time_s: float = 10.0
     population: int = 4
-    buckets: Mapping[str, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    # {dim: [(lo, hi), ..]} (plans = the cartesian product) or [{dim: (lo, hi)}, ..] (one plan each)
+    buckets: Mapping[str, Sequence[tuple[int, int]]] | Sequence[Mapping[str, tuple[int, int]]] = field(
+        default_factory=dict
+    )
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
@@ -56,30 +62,78 @@ class CompileOptions:
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
+        """Check every option's type and range (CompileError naming the option); `None` for buckets
+        or profile_dims means none. Bucket ranges are checked against the graph in `bucket_bounds`."""
         known = set(CompileOptions.__dataclass_fields__)
         bad = set(options) - known
         if bad:
             raise CompileError(f"unknown compile option(s) {sorted(bad)}; known: {sorted(known)}")
-        return CompileOptions(**options)  # type: ignore[arg-type]
+        opts = dict(options)
+        for name, lo in (("seed", None), ("search_budget", 1), ("population", 1)):
+            if name in opts:
+                v = opts[name]
+                if not _is_int(v) or (lo is not None and v < lo):
+                    need = "an int" if lo is None else f"an int >= {lo}"
+                    raise CompileError(f"compile option {name}={v!r}: {name} must be {need}")
+                opts[name] = int(v)
+        if "search_time_s" in opts:
+            v = opts["search_time_s"]
+            if not (_is_int(v) or isinstance(v, float)) or not v >= 0:  # `not >=` also rejects NaN
+                raise CompileError(f"compile option search_time_s={v!r}: give a number of seconds >= 0")
+            opts["search_time_s"] = float(v)
+        if "cache" in opts and not isinstance(opts["cache"], bool):
+            raise CompileError(f"compile option cache={opts['cache']!r}: give True or False")
+        for name in ("buckets", "profile_dims"):
+            if name in opts and opts[name] is None:
+                opts[name] = {}
+            elif name == "buckets" and name in opts and isinstance(opts[name], (list, tuple)) and opts[name] and all(
+                isinstance(plan, Mapping) for plan in opts[name]
+            ):
+                opts[name] = tuple(opts[name])  # an explicit list of {dim: (low, high)} plans
+            elif name in opts and not isinstance(opts[name], Mapping):
+                example = "{'s': [(1, 1), (2, 512)]}" if name == "buckets" else "{'s': 128}"
+                raise CompileError(
+                    f"compile option {name}={opts[name]!r}: give a dict keyed by dim name, like {name}={example}"
+                )
+        for d, v in opts.get("profile_dims", {}).items():
+            if not isinstance(d, str) or not _is_int(v) or v < 0:
+                raise CompileError(f"compile option profile_dims[{d!r}] = {v!r}: give dim name -> int >= 0")
+        return CompileOptions(**opts)  # type: ignore[arg-type]
 
     def search(self) -> SearchOptions:
         return SearchOptions(self.seed, self.search_budget, self.search_time_s, self.population,
                              confirm=self.search_confirm)  # fmt: skip
 
 
-def bucket_bounds(graph: Graph, buckets: Mapping[str, Sequence[tuple[int, int]]]) -> list[Bounds]:
+def bucket_bounds(graph: Graph, buckets) -> list[Bounds]:
+    """One bounds dict per plan: the cartesian product of `{dim: [ranges]}`, or an explicit list of
+    plans `[{dim: (lo, hi)}, ...]` (when only some combinations occur, e.g. decode s = r = 1 and
+    prefill s >= 2, r <= s). CompileError for a malformed spec."""
+    if isinstance(buckets, (list, tuple)) and buckets and all(isinstance(p, Mapping) for p in buckets):
+        return [b for plan in buckets for b in bucket_bounds(graph, {d: [r] for d, r in plan.items()})]
+    if not isinstance(buckets, Mapping):
+        raise CompileError(
+            f"buckets={buckets!r}: give a dict of dim name -> list of (low, high) ranges, "
+            "or a list of {dim: (low, high)} plans"
+        )
     dims = graph.dims()
     for d, ranges in buckets.items():
-        if d not in dims:
+        if not isinstance(d, str) or d not in dims:
             raise CompileError(f"buckets name dim {d!r}, which the graph does not use (its dims: {sorted(dims)})")
+        if not isinstance(ranges, (list, tuple)):
+            raise CompileError(f"buckets[{d!r}] = {ranges!r}: give a list of (low, high) ranges: [(1, 1), (2, 512)]")
         if not ranges:
             raise CompileError(f"buckets[{d!r}] is empty")
         for r in ranges:
-            if len(r) != 2 or not (0 <= int(r[0]) <= int(r[1])):
-                raise CompileError(f"buckets[{d!r}]: {r!r} is not a (low, high) range with 0 <= low <= high")
+            if not (isinstance(r, (list, tuple)) and len(r) == 2 and all(_is_int(x) for x in r) and 0 <= r[0] <= r[1]):
+                raise CompileError(f"buckets[{d!r}]: {r!r} is not a (low, high) range of ints with 0 <= low <= high")
     names = sorted(buckets)
     combos = itertools.product(*[[(int(a), int(b)) for a, b in buckets[d]] for d in names])
     return [dict(zip(names, c, strict=True)) for c in combos] or [{}]
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 class BucketExecutor:
@@ -88,10 +142,14 @@ class BucketExecutor:
     def __init__(self, plans: list[tuple[Bounds, Executor]]):
         self.plans = plans
 
-    def run(self, feed, env):
+    def run(self, feed, env, **kw):
+        return self.select(env).run(feed, env, **kw)
+
+    def select(self, env) -> Executor:
+        """The plan whose bucket holds the dims `env` (InputError when none does)."""
         for bounds, ex in self.plans:
             if all(lo <= env[d] <= hi for d, (lo, hi) in bounds.items()):
-                return ex.run(feed, env)
+                return ex
         have = "; ".join(", ".join(f"{d} in [{lo}, {hi}]" for d, (lo, hi) in b.items()) for b, _ in self.plans)
         now = ", ".join(f"{d}={env[d]}" for d in sorted({d for b, _ in self.plans for d in b}))
         raise InputError(f"no compiled bucket covers {now}; compiled buckets: {have}")
@@ -239,11 +297,13 @@ class _Compilation:
 
     def prepare(self, buckets: Sequence[Bounds]) -> None:
         """Buckets whose region programs differ only in their bound facts (and are not cached) share
-        one saturation: every phase but the last (cleanup) runs once, then each bucket's facts are
-        added and the phases re-run from there (run.saturate_buckets), which costs only the matches
-        the facts enable. The e-graphs equal the separately saturated ones (tests/egraph/test_roll.py)."""
+        one saturation: the phases before the first that runs `cleanup` (which deletes) run once, then
+        each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
+        costs only the matches the facts enable. The e-graphs equal the separately saturated ones
+        (tests/egraph/test_roll.py)."""
         phases = self.backend.phases
-        if len(buckets) < 2 or len(phases) < 2:
+        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets()), len(phases))
+        if len(buckets) < 2 or shared == 0:
             return
         for name, graph in self.regions:
             todo = {key: gp for gp, key in (self._program(name, graph, b) for b in buckets)}
@@ -257,7 +317,7 @@ class _Compilation:
                 continue
             self.stats["cache_hit"] = False
             for key, res in zip(pending, saturate_buckets(self.head, base, list(pending.values()), phases,
-                                                          shared=len(phases) - 1), strict=True):  # fmt: skip
+                                                          shared=shared), strict=True):  # fmt: skip
                 self.pre[key] = res
             self.saturations[name] += 1
             self.stats["egglog_commands"] = (self.stats.get("egglog_commands", 0) + len(base.commands)

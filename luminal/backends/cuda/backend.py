@@ -18,21 +18,33 @@ from luminal.backends.cuda import driver, nvrtc, runtime
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
+from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
+from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
 from luminal.backends.cuda.runtime import CudaExecutor
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
-from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, analysis, main_cycle, saturate, with_buffer_reuse
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
 
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW)
+GEMV_FACTS, GEMV_FUSE = "gemv_facts", "gemv_fuse"  # the decode GEMV fused with its neighbours (kernels/gemvfused.egg)
+BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/inplace.egg)
+ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE, ATTENTION)
 log = logging.getLogger(__name__)
-PHASES = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+_MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
+# attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
+# iterations over a small e-graph instead of every iteration of the main cycle
+_ATTENTION = Phase(ATTENTION, saturate(ATTENTION))
+# after main: the facts to a fixpoint, then the fused GEMVs (with fusion_grow for the body classes they name)
+_GEMV = Phase(GEMV_FUSE, saturate(saturate(analysis(), GEMV_FACTS), saturate(analysis(), FUSION_GROW, GEMV_FUSE)))
+PHASES = with_buffer_reuse((_ATTENTION, _MAIN, _GEMV, _CLEANUP), BUFFER_REUSE)
 
 
 def matmul_ops() -> tuple:
@@ -45,7 +57,8 @@ def matmul_ops() -> tuple:
 
 class CudaBackend:
     name = "cuda"
-    ops = (*matmul_ops(), *KERNEL_OPS)  # preference order: library matmuls, GEMV, fused kernels, the rest
+    # preference order: fused attention, fused GEMVs, library matmuls, GEMV, fused kernels, the rest
+    ops = (*ATTENTION_KERNELS, *PAGED_KERNELS, *GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES
