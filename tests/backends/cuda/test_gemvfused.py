@@ -355,9 +355,11 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, dt=lm.bf16):
 
 
 # -- GPU ------------------------------------------------------------------------------------------------
+_GPU_CASES = [(n, dt) for n in sorted(BLOCKS) for dt in (lm.f32, lm.bf16)] + [("mlp_block", lm.f16), ("qkv", lm.f16)]
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", sorted(BLOCKS))
-@pytest.mark.parametrize("dt", [lm.f32, lm.f16, lm.bf16], ids=str)
+@pytest.mark.parametrize("name,dt", _GPU_CASES, ids=[f"{n}-{d}" for n, d in _GPU_CASES])
 def test_fused_gemv_blocks_on_the_gpu(name, dt):
     """The preferred (fused) plan and the plan search picks, on the device, against the reference."""
     g = _graph(name, dt)
