@@ -106,6 +106,10 @@ struct float2 { float x, y; };
 struct dim3 { unsigned x; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline float __fadd_rn(float a, float b) { return a + b; }  // never contracted into an fma
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 struct __nv_bfloat16 { uint16_t b; };
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 static inline float bf(__nv_bfloat16 h) { uint32_t u = (uint32_t)h.b << 16; float f; memcpy(&f, &u, 4); return f; }

@@ -1,0 +1,339 @@
+"""Split-KV flash-decoding for KernelAttention (attention.py): CUDA C of the decode kernel and the
+combine pass, and the C pieces the prefill kernel shares (dtype conversions, the q index).
+
+Decode kernel: one block of THREADS threads per (kv head, group chunk of R query heads, query row
+i, KV split). The block reads its slice of the visible key range [lo, hi) of row i once and uses
+every K and V load for all R query heads of the chunk (GQA sharing). A key's head_dim values are
+spread over LPK consecutive lanes, DL values (two 16-byte vectors) each; the block's
+NS = THREADS / LPK lane groups ("slots") take keys slot, slot + NS, ..., two per step (four
+vector loads in flight per lane), each slot keeping its own online-softmax state (running max m,
+sum l, accumulator) in f32 registers: no barrier in the loop. The slots merge in shared memory at
+the end. The grid is fixed for the plan (NSPLIT splits per row); the live length comes from the
+dims buffer and fixes how many splits are used (chunks of at least min_chunk keys), so the grid
+never changes with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output;
+otherwise it writes (acc, m, l) partials to scratch and the combine pass (one block of head_dim
+threads per row) merges the used splits. Scores are in log2 units (q is pre-multiplied by
+scale * log2 e), so the exponentials are exp2f.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from luminal.backends.cuda.kernel import c_expr, load, store
+from luminal.dtype import DType
+from luminal.shape.expr import Expression
+
+THREADS = 128
+MAX_SPLITS = 128
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeVariant:
+    """A schedule of the decode kernel (bench/attention.py --sweep times them; DECODE is the default)."""
+
+    max_rows: int = 4  # query heads of a GQA group one block serves (fewer: fewer registers, more blocks)
+    target_blocks: int = 264  # blocks per query row at one kv split each: two on each of the H200's 132 SMs
+    min_chunk: int = 64  # keys per split at least: below that a split's fixed cost dominates
+
+    @property
+    def name(self) -> str:
+        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}"
+
+
+DECODE = DecodeVariant()
+VARIANTS = {
+    v.name: v
+    for v in (DECODE, DecodeVariant(max_rows=2), DecodeVariant(target_blocks=528),
+              DecodeVariant(max_rows=2, target_blocks=528), DecodeVariant(min_chunk=128))
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Spec:
+    """KernelAttention's parameters as the generators use them (literals where the code needs them)."""
+
+    n_kv: int
+    groups: int
+    head_dim: int
+    dtype: DType
+    s: Expression
+    t: Expression
+    q_strides: tuple[Expression, ...]  # per axis of (n_kv, groups, s, head_dim), z-expressions
+    k_steps: tuple[Expression, Expression]  # (kv-head, key) element steps; head_dim is unit-stride
+    v_steps: tuple[Expression, Expression]
+    causal: bool
+    past: Expression
+    window: int
+    scale: float
+    softcap: float
+    variant: DecodeVariant = DECODE
+    paged: bool = False  # keys through a page table: inputs (.., rows (s, t) slots, pos (s,) positions)
+
+
+def rows_per_block(sp: Spec) -> int:
+    """Query heads of a GQA group one decode block serves: the largest of 4, 3, 2, 1 (at most
+    max_rows) dividing groups."""
+    return next(r for r in (4, 3, 2, 1) if r <= sp.variant.max_rows and sp.groups % r == 0)
+
+
+def group_chunks(sp: Spec) -> int:
+    return sp.groups // rows_per_block(sp)
+
+
+def splits(sp: Spec) -> int:
+    """KV splits per query row: enough blocks for the variant's target at one query row."""
+    return max(1, min(MAX_SPLITS, math.ceil(sp.variant.target_blocks / (sp.n_kv * group_chunks(sp)))))
+
+
+def lane_dims(sp: Spec) -> int:
+    """head_dim values per lane: two 16-byte vectors."""
+    return 2 * 16 // sp.dtype.itemsize
+
+
+def cvt_code(dt: DType) -> str:
+    """`KNAME_cvt(v, f)`: the values of one 16-byte vector as floats (8 for 16-bit dtypes, 4 for f32)."""
+    if dt == DType.bf16:
+        body = "".join(
+            f"  f[{2 * i}] = __uint_as_float(a.{c} << 16); f[{2 * i + 1}] = __uint_as_float(a.{c} & 0xffff0000u);\n"
+            for i, c in enumerate("xyzw")
+        )
+    elif dt == DType.f16:
+        body = "".join(
+            f"  {{ const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&a.{c})); "
+            f"f[{2 * i}] = h.x; f[{2 * i + 1}] = h.y; }}\n"
+            for i, c in enumerate("xyzw")
+        )
+    else:
+        body = "".join(f"  f[{i}] = __uint_as_float(a.{c});\n" for i, c in enumerate("xyzw"))
+    return f"__device__ __forceinline__ void KNAME_cvt(const uint4 a, float* f) {{\n{body}}}\n"
+
+
+def q_index(sp: Spec, h: str, g: str, i: str, d: str) -> str:
+    """C of q's element index for (kv head, group, row, dim) spelled by the C names given."""
+    return " + ".join(f"({c_expr(st, v)})" for st, v in zip(sp.q_strides, (h, g, i, d), strict=True))
+
+
+def score_code(sp: Spec, x: str) -> str:
+    """C turning a raw dot product `x` (q pre-multiplied by q_scale(sp)) into the log2-unit score."""
+    if not sp.softcap:
+        return x
+    return f"({sp.softcap!r}f * tanhf({x} * {1.0 / sp.softcap!r}f) * {LOG2E!r}f)"
+
+
+def q_scale(sp: Spec) -> float:
+    return sp.scale if sp.softcap else sp.scale * LOG2E
+
+
+def range_code(sp: Spec, nsplit: int, tag: str) -> str:
+    """`KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk)`: the visible keys [lo, hi) of query row i,
+    the chunk a split covers (nsplit splits at most), and (returned) the number of splits used."""
+    hi = "T"
+    if sp.causal:
+        hi = "(past + i + 1 < T ? past + i + 1 : T)"
+    lo = f"(past + i - {sp.window} + 1 > 0 ? past + i - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
+    return f"""__device__ __forceinline__ int KNAME_range_{tag}(const long long T, const long long past,
+    const long long i, long long* lo, long long* hi, long long* chunk) {{
+  *lo = {lo};
+  *hi = {hi};
+  const long long n = *hi > *lo ? *hi - *lo : 0LL;
+  long long c = (n + {nsplit - 1}) / {nsplit};
+  if (c < {sp.variant.min_chunk}) c = {sp.variant.min_chunk};
+  *chunk = c;
+  return (int)((n + c - 1) / c);
+}}
+"""
+
+
+def _params(t: str, paged: bool = False) -> str:
+    table = "const int* __restrict__ rows, const int* __restrict__ pos, " if paged else ""
+    return (f"({t}* __restrict__ out, const {t}* __restrict__ q, const {t}* __restrict__ k, "
+            f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch)"
+            ).replace("{t}", t)  # fmt: skip
+
+
+def _past(sp: Spec) -> str:
+    """C declaring `past` for query row `i`: the op's past, or pos[i] - i through a page table."""
+    if sp.paged:
+        return "  const long long past = (long long)pos[i] - i;\n"
+    return f"  const long long past = {c_expr(sp.past)};\n"
+
+
+def _key(sp: Spec, j: str) -> str:
+    """C of key j's row index in the k / v buffers: j, or its slot through the page table."""
+    return f"(long long)rr[{j}]" if sp.paged else j
+
+
+def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
+    """The decode kernel (see the module docstring): `direct` writes the output (entry KNAME_rows,
+    one split), else partials (entry KNAME_dec); returns at once when `skip` (C over S) holds."""
+    t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
+    r_, gc = rows_per_block(sp), group_chunks(sp)
+    dl = lane_dims(sp)
+    epv = dl // 2
+    lpk = hd // dl
+    ns = THREADS // lpk
+    ksh, ksk = (c_expr(e) for e in sp.k_steps)
+    vsh, vsk = (c_expr(e) for e in sp.v_steps)
+    tag = "rows" if direct else "dec"
+    table = "  const int* rr = rows + i * T;  // this query's slots, in token order\n" if sp.paged else ""
+    shfl = "".join(
+        f"#pragma unroll\n    for (int r = 0; r < {r_}; ++r) {{\n"
+        f"      x0[r] += __shfl_xor_sync(0xffffffffu, x0[r], {o});\n"
+        f"      x1[r] += __shfl_xor_sync(0xffffffffu, x1[r], {o});\n    }}\n"
+        for o in (lpk >> b for b in range(1, lpk.bit_length()))
+    )
+    empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"  # no visible key: 0 for t = 0, else NaN
+    if direct:
+        early = f"""  if (split >= nsplit) {{  // (nsplit is 0: no visible key)
+    for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
+      out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
+    return;
+  }}
+"""
+        result = f"      out[row * {hd} + d] = {store(dt, 'A / L')};\n"
+    else:
+        early = "  if (split >= nsplit) return;\n"
+        result = (f"      scratch[(row * {nsplit} + split) * {hd} + d] = A;\n"
+                  f"      if (d == 0) {{ float* ml = scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * hd} + "
+                  f"(row * {nsplit} + split) * 2; ml[0] = M; ml[1] = L; }}\n")  # fmt: skip
+    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void __launch_bounds__({THREADS})
+KNAME_{tag}{_params(t, sp.paged)} {{
+{decls}  const long long S = {c_expr(sp.s)};
+  if (S == 0 || {skip}) return;
+  const long long T = {c_expr(sp.t)};
+  long long b = blockIdx.x;
+  const int split = (int)(b % {nsplit}); b /= {nsplit};
+  const long long i = b % S; b /= S;
+  const int gc = (int)(b % {gc});
+  const long long h = b / {gc};
+  if (h >= {sp.n_kv}) return;
+{_past(sp)}{table}  long long lo, hi, chunk;
+  const int nsplit = KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk);
+{early}  const long long kb = lo + (long long)split * chunk;
+  const long long ke = kb + chunk < hi ? kb + chunk : hi;
+  const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
+  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
+#pragma unroll
+  for (int r = 0; r < {r_}; ++r) {{
+    const long long qg = (long long)gc * {r_} + r;
+#pragma unroll
+    for (int e = 0; e < {dl}; ++e) {{
+      const long long qd = d0 + e;
+      qr[r][e] = {load(dt, f"q[{q_index(sp, 'h', 'qg', 'i', 'qd')}]")} * {q_scale(sp)!r}f;
+      acc[r][e] = 0.0f;
+    }}
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }}
+  const {t}* kp = k + h * ({ksh}) + d0;
+  const {t}* vp = v + h * ({vsh}) + d0;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (long long base = kb; base < ke; base += {2 * ns}) {{  // uniform trip count: shuffles see every lane
+    const long long j0 = base + slot, j1 = j0 + {ns};
+    const bool h0 = j0 < ke, h1 = j1 < ke;
+    uint4 ka[2], kc[2], va[2], vc[2];
+    if (h0) {{
+      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j0")} * ({ksk}));
+      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j0")} * ({vsk}));
+      ka[0] = pk[0]; ka[1] = pk[1]; va[0] = pv[0]; va[1] = pv[1];
+    }} else {{ ka[0] = ka[1] = va[0] = va[1] = zero; }}
+    if (h1) {{
+      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j1")} * ({ksk}));
+      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j1")} * ({vsk}));
+      kc[0] = pk[0]; kc[1] = pk[1]; vc[0] = pv[0]; vc[1] = pv[1];
+    }} else {{ kc[0] = kc[1] = vc[0] = vc[1] = zero; }}
+    float x0[{r_}], x1[{r_}], f[{dl}];
+    KNAME_cvt(ka[0], f); KNAME_cvt(ka[1], f + {epv});
+#pragma unroll
+    for (int r = 0; r < {r_}; ++r) {{
+      float a = 0.0f;
+      for (int e = 0; e < {dl}; ++e) a = fmaf(qr[r][e], f[e], a);
+      x0[r] = a;
+    }}
+    KNAME_cvt(kc[0], f); KNAME_cvt(kc[1], f + {epv});
+#pragma unroll
+    for (int r = 0; r < {r_}; ++r) {{
+      float a = 0.0f;
+      for (int e = 0; e < {dl}; ++e) a = fmaf(qr[r][e], f[e], a);
+      x1[r] = a;
+    }}
+{shfl}    float p0[{r_}], p1[{r_}];
+#pragma unroll
+    for (int r = 0; r < {r_}; ++r) {{
+      const float xa = h0 ? {score_code(sp, "x0[r]")} : -INFINITY, xb = h1 ? {score_code(sp, "x1[r]")} : -INFINITY;
+      const float mn = fmaxf(m[r], fmaxf(xa, xb));
+      if (mn > m[r]) {{
+        const float c = exp2f(m[r] - mn);
+        l[r] *= c;
+        for (int e = 0; e < {dl}; ++e) acc[r][e] *= c;
+        m[r] = mn;
+      }}
+      p0[r] = h0 ? exp2f(xa - m[r]) : 0.0f;
+      p1[r] = h1 ? exp2f(xb - m[r]) : 0.0f;
+      l[r] += p0[r] + p1[r];
+    }}
+    KNAME_cvt(va[0], f); KNAME_cvt(va[1], f + {epv});
+#pragma unroll
+    for (int r = 0; r < {r_}; ++r) for (int e = 0; e < {dl}; ++e) acc[r][e] = fmaf(p0[r], f[e], acc[r][e]);
+    KNAME_cvt(vc[0], f); KNAME_cvt(vc[1], f + {epv});
+#pragma unroll
+    for (int r = 0; r < {r_}; ++r) for (int e = 0; e < {dl}; ++e) acc[r][e] = fmaf(p1[r], f[e], acc[r][e]);
+  }}
+  // merge the slots: each scales its state to the block max
+  __shared__ float sm_ml[{ns}][{r_}][2];
+  __shared__ float sm_acc[{r_ * ns * hd}];
+  if (threadIdx.x % {lpk} == 0)
+    for (int r = 0; r < {r_}; ++r) {{ sm_ml[slot][r][0] = m[r]; sm_ml[slot][r][1] = l[r]; }}
+#pragma unroll
+  for (int r = 0; r < {r_}; ++r)
+    for (int e = 0; e < {dl}; ++e) sm_acc[(r * {ns} + slot) * {hd} + d0 + e] = acc[r][e];
+  __syncthreads();
+  for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS}) {{
+    const int r = o / {hd}, d = o % {hd};
+    float M = -INFINITY, L = 0.0f, A = 0.0f;
+    for (int sl = 0; sl < {ns}; ++sl) M = fmaxf(M, sm_ml[sl][r][0]);
+    for (int sl = 0; sl < {ns}; ++sl) {{
+      const float ms = sm_ml[sl][r][0];
+      const float c = ms == -INFINITY ? 0.0f : exp2f(ms - M);
+      L = fmaf(sm_ml[sl][r][1], c, L);
+      A = fmaf(sm_acc[(r * {ns} + sl) * {hd} + d], c, A);
+    }}
+    {{
+      const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
+{result}    }}
+  }}
+}}
+"""
+
+
+def combine_code(sp: Spec, decls: str, nsplit: int, skip: str) -> str:
+    """One block of head_dim threads per output row: merges the row's used splits (the decode
+    kernel's range function, KNAME_range_dec, is in the same code)."""
+    t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
+    rows = f"{sp.n_kv * sp.groups}LL * S"
+    return f"""extern "C" __global__ void __launch_bounds__({hd}) KNAME_comb{_params(t, sp.paged)} {{
+{decls}  const long long S = {c_expr(sp.s)};
+  if (S == 0 || {skip}) return;
+  const long long T = {c_expr(sp.t)};
+  const long long row = blockIdx.x;
+  if (row >= {rows}) return;
+  const long long i = row % S;
+{_past(sp)}  long long lo, hi, chunk;
+  const int nsplit = KNAME_range_dec(T, past, i, &lo, &hi, &chunk);
+  const float* acc = scratch + row * {nsplit * hd};
+  const float* ml = scratch + {rows} * {nsplit * hd} + row * {2 * nsplit};
+  const int d = threadIdx.x;
+  float M = -INFINITY, L = 0.0f, A = 0.0f;
+  for (int sp = 0; sp < nsplit; ++sp) M = fmaxf(M, ml[2 * sp]);
+  for (int sp = 0; sp < nsplit; ++sp) {{
+    const float c = ml[2 * sp] == -INFINITY ? 0.0f : exp2f(ml[2 * sp] - M);
+    L = fmaf(ml[2 * sp + 1], c, L);
+    A = fmaf(acc[sp * {hd} + d], c, A);
+  }}
+  const float y = nsplit == 0 ? (T == 0 ? 0.0f : __int_as_float(0x7fffffff)) : A / L;
+  out[row * {hd} + d] = {store(dt, "y")};
+}}
+"""

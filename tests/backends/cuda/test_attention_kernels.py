@@ -1,0 +1,220 @@
+"""KernelAttention's kernels (kernels/attention*.py): every variant compiles for sm_90 with NVRTC;
+on the CPU (g++ emulation, attention_emu.py) the decode, combine, f32-rows and tensor-core prefill
+kernels compute attention over odd sizes, masks and dtypes, equal to the f64 reference; `render`
+and `spec` refuse what the kernels do not cover. GPU (`cuda`): the same launches on the device."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.attention import DECODE_ROWS, HEAD_DIMS, KernelAttention
+from luminal.backends.cuda.kernels.attention_decode import VARIANTS
+from luminal.dtype import DType
+from luminal.errors import BackendError
+from luminal.shape.expr import minimum, num, var, z
+from tests.helpers import assert_matches
+
+SLOTS = {"p": 0, "s": 1, "!error": 2}
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run CUDA C on the CPU")
+
+
+def make_op(n_kv=2, groups=2, hd=64, dt=DType.bf16, cap=None, causal=True, window=0, scale=None, softcap=0.0,
+            t=None) -> KernelAttention:  # fmt: skip
+    """q read from a (s, n_kv * groups, hd) projection; k, v from an (n_kv, cap, hd) cache whose first
+    t = min(p + s, cap) rows are live (or, with `t` given, a (n_kv, t, hd) tensor: cross-attention)."""
+    s, p = var("s"), var("p")
+    h = n_kv * groups
+    q_st = (z * (groups * hd), z * hd, z * (h * hd), z)
+    if t is None:
+        cap = cap or 512
+        tt, kv_st = minimum(p + s, num(cap)), (z * (cap * hd), z * hd, z)
+    else:
+        tt, kv_st = num(t), (z * (t * hd), z * hd, z)
+    scale = hd**-0.5 if scale is None else scale
+    return KernelAttention(num(n_kv), num(groups), s, tt, num(hd), q_st, kv_st, kv_st, causal, p if causal else num(0),
+                           window, scale, softcap, dt)  # fmt: skip
+
+
+def inputs(op: KernelAttention, env: dict, seed: int):
+    rng = np.random.default_rng(seed)
+    (qs, _), (ks, kst), _ = op.input_views()
+    nq = int(np.prod([int(d.evaluate(env)) for d in qs]))
+    rows = int(kst[0].substitute("z", 1).evaluate(env)) * int(ks[0].evaluate(env))
+    q = rng.uniform(-1, 1, nq).astype(op.dtype.np)
+    k = rng.uniform(-1, 1, rows).astype(op.dtype.np)
+    v = rng.uniform(-1, 1, rows).astype(op.dtype.np)
+    return q, k, v
+
+
+def expected(op: KernelAttention, q, k, v, env) -> np.ndarray:
+    return op.reference([q, k, v], (op.dtype,) * 3, env)
+
+
+# -- NVRTC: every variant compiles ---------------------------------------------------------------------
+def test_every_variant_compiles_for_sm90(no_cache):
+    # every (head_dim, dtype); masks, soft-capping, GQA shapes and cross-attention spread over them
+    shapes = [dict(n_kv=8, groups=4), dict(n_kv=1, groups=8, window=512, softcap=50.0), dict(n_kv=6, groups=1,
+              causal=False, t=1500), dict(n_kv=2, groups=3)]  # fmt: skip
+    dts = (DType.f32, DType.f16, DType.bf16)
+    ops = [make_op(hd=hd, dt=dt, **shapes[(a + b) % len(shapes)])
+           for a, hd in enumerate(HEAD_DIMS) for b, dt in enumerate(dts)]  # fmt: skip
+    kernels = [op.render(SLOTS) for op in ops]
+    llama = make_op(n_kv=8, groups=4, hd=128)  # and the decode schedules the bench sweeps (by their code shape)
+    kernels += [llama.render(SLOTS, v) for v in {v.max_rows: v for v in VARIANTS.values()}.values()]
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
+    op = make_op(n_kv=8, groups=4, hd=128)
+    dec, comb, pre = op.render(SLOTS).launches
+    for p in (0, 1000, 30000):  # the decode step's graph never changes as the context grows
+        assert dec.grid.evaluate({"s": 1, "p": p}) == dec.grid.evaluate({"s": 1, "p": 0}) > 0
+    assert pre.grid.evaluate({"s": 1, "p": 5}) == 0 and comb.grid.evaluate({"s": 1, "p": 5}) == 32
+    assert dec.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0}) == 0 < pre.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0})
+    assert pre.shared == 0 and dec.block == pre.block == 128
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(hd=96), dict(dt=DType.f64), dict(window=4, causal=False)],
+    ids=["head-dim-96", "f64", "window-without-causal"],
+)
+def test_render_refuses(kw):
+    with pytest.raises(BackendError):
+        make_op(**kw).render(SLOTS)
+
+
+def test_render_refuses_strided_head_dim():
+    op = make_op()
+    head = [getattr(op, f) for f in ("n_kv", "groups", "s", "t", "head_dim", "q_strides")]
+    bad = KernelAttention(*head, (z * 1024, z * 64, z * 2), op.v_strides, True, op.past, 0, 0.125, 0.0, DType.bf16)
+    with pytest.raises(BackendError, match="unit stride"):
+        bad.render(SLOTS)
+
+
+# -- the kernels on the CPU ----------------------------------------------------------------------------
+# (op kwargs, s, p): decode (s <= DECODE_ROWS) and prefill, odd sizes, every mask, GQA chunking
+CASES = {
+    "dec-bf16-s1": (dict(), 1, 0),
+    "dec-bf16-s1-t200-window": (dict(window=37), 1, 199),
+    "dec-bf16-s3-softcap": (dict(softcap=0.7, scale=2.0), 3, 150),
+    "dec-f32-hd128-g3": (dict(dt=DType.f32, hd=128, groups=3, n_kv=1), 2, 70),
+    "dec-f16-hd256-g8": (dict(dt=DType.f16, hd=256, groups=8, n_kv=1), 1, 16),
+    "dec-bf16-cross": (dict(causal=False, t=131), 1, 0),
+    "dec-bf16-capped": (dict(cap=40), 2, 60),
+    "pre-bf16-s9": (dict(), 9, 0),
+    "pre-bf16-s70-past-window": (dict(window=21), 70, 13),
+    "pre-f16-hd128-s17-cross": (dict(dt=DType.f16, hd=128, causal=False, t=77), 17, 0),
+    "pre-bf16-hd256-s33-softcap": (dict(hd=256, n_kv=1, groups=1, softcap=0.5, scale=3.0), 33, 40),
+    "rows-f32-s12-window": (dict(dt=DType.f32, window=5), 12, 3),
+}
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    from tests.backends.cuda.attention_emu import Emulated
+
+    return Emulated([make_op(**kw) for kw, _, _ in CASES.values()], SLOTS, tmp_path_factory.mktemp("emu"))
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kernels_compute_attention_on_cpu(case, emulated):
+    kw, s, p = CASES[case]
+    op = make_op(**kw)
+    env = {"s": s, "p": p}
+    q, k, v = inputs(op, env, seed=len(case))
+    got = emulated.run(op, q, k, v, env=env)
+    assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", ["dec-bf16-s3-softcap", "pre-bf16-s9", "rows-f32-s12-window"])
+def test_grids_pinned_at_bucket_bounds_are_safe(case, emulated):
+    """Launched with max(live, upper-bound) grids and scratch sized at the bucket bounds (s = 64, p = 400), the
+    kernels compute the live sizes and exit past them (runtime.py pins grids of bounded plans)."""
+    kw, s, p = CASES[case]
+    op = make_op(**kw)
+    env, upper = {"s": s, "p": p}, {"s": 64, "p": 400}
+    assert op.scratch_bytes().evaluate(upper) >= op.scratch_bytes().evaluate(env)  # sized at the bounds: enough
+    q, k, v = inputs(op, env, seed=5)
+    got = emulated.run(op, q, k, v, env=env, grid_env=upper)
+    assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
+
+
+def test_reference_is_attention_over_the_views():
+    op = make_op(n_kv=2, groups=2, hd=64, dt=DType.f32, window=3)
+    env = {"s": 4, "p": 2}
+    q, k, v = inputs(op, env, seed=0)
+    got = op.reference([q, k, v], (DType.f32,) * 3, env).reshape(2, 2, 4, 64)
+    qq = q.reshape(4, 4, 64).astype(np.float64)  # (s, heads, hd)
+    kk = k.reshape(2, 512, 64)[:, :6].astype(np.float64)
+    vv = v.reshape(2, 512, 64)[:, :6].astype(np.float64)
+    for h in range(4):
+        sc = qq[:, h] @ kk[h // 2].T / 8.0
+        i, j = np.arange(4)[:, None], np.arange(6)[None, :]
+        sc = np.where((j <= 2 + i) & (j > 2 + i - 3), sc, -np.inf)
+        pr = np.exp(sc - sc.max(-1, keepdims=True))
+        want = (pr / pr.sum(-1, keepdims=True)) @ vv[h // 2]
+        np.testing.assert_allclose(got[h // 2, h % 2], want, rtol=1e-6, atol=1e-7)
+
+
+# -- GPU: every launch of the op through the driver -----------------------------------------------------
+def run_on_gpu(op: KernelAttention, q, k, v, env: dict) -> np.ndarray:
+    """Launch every kernel of the op in order (a gated-off launch as one block, as in a CUDA graph)."""
+    from luminal.backends.cuda import driver
+
+    dev = driver.device()
+    kern = op.render(SLOTS)
+    mod = driver.Module(nvrtc.compile_cubin(source([kern])))
+    dims = np.array([env["p"], env["s"], 0, 0], np.int64)
+    n = int(op.out_size().evaluate(env))
+    host = (np.full(n + 8, np.nan, op.dtype.np), q, k, v, dims)
+    bufs = [driver.DeviceBuffer(max(a.nbytes, 16)) for a in host]
+    for b, a in zip(bufs, host, strict=True):
+        driver.htod(b.ptr, a, dev.stream)
+    scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
+    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr])
+    for ln in kern.launches:
+        grid = max(1, int(ln.grid.evaluate(env)))
+        driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+    out = np.empty(n + 8, op.dtype.np)
+    driver.dtoh(out, bufs[0].ptr, dev.stream)
+    dev.synchronize()
+    assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
+    return out[:n]
+
+
+# (s, t) odd sizes: causal at past t - s where t >= s, cross-attention (non-causal) otherwise
+GPU_SIZES = [(1, 1), (1, 17), (1, 4097), (3, 17), (3, 4097), (127, 127), (127, 4097), (3, 1), (127, 17)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dt", [DType.f32, DType.f16, DType.bf16], ids=str)
+@pytest.mark.parametrize("hd", HEAD_DIMS)
+def test_kernels_against_f64_on_the_gpu(dt, hd):
+    for s, t in GPU_SIZES:
+        causal = t >= s
+        variants = (dict(), dict(window=9), dict(softcap=0.8, scale=1.7)) if hd == 128 else (dict(),)
+        for kw in variants if causal else (dict(),):
+            op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, causal=causal, t=None if causal else t, cap=4100, **kw)
+            env = {"s": s, "p": t - s if causal else 0}
+            q, k, v = inputs(op, env, seed=s * 7 + t)
+            got = run_on_gpu(op, q, k, v, env)
+            assert_matches(got, expected(op, q, k, v, env), dt, 1.0, f"s={s} t={t} {kw}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", ["dec-bf16-s1", "pre-bf16-s70-past-window"])
+def test_one_decode_and_one_prefill_on_the_gpu(case):
+    """The memcheck subset (scripts/gpu_attention.sh runs it under compute-sanitizer)."""
+    kw, s, p = CASES[case]
+    op = make_op(**kw)
+    env = {"s": s, "p": p}
+    q, k, v = inputs(op, env, seed=1)
+    assert_matches(run_on_gpu(op, q, k, v, env), expected(op, q, k, v, env), op.dtype, 1.0, case)
