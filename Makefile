@@ -7,7 +7,7 @@ VENV_STAMP = .venv/.installed
 $(VENV_STAMP): pyproject.toml
 	@test -x $(PY) || PYENV_VERSION=3.12.1 python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,models,dev]"
+	$(PY) -m pip install -q -e ".[test,models,dev,torch]"
 	@touch $(VENV_STAMP)
 
 venv: $(VENV_STAMP)

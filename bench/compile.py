@@ -1,14 +1,24 @@
-"""Compile-time benchmark (not a test): a synthetic decoder-only transformer at 1, 4 and 16 layers.
+"""Compile-time benchmark (not a test): every zoo preset at its real shapes, cold and warm.
 
-Real op mix: token embedding (gather), RMSNorm, RoPE, GQA attention over a KV cache with a
-causal mask, SwiGLU MLP, final norm and LM head. For each depth it compiles cold (empty cache
-directory) and warm (same directory), printing each phase's time, the e-graph size and the peak
-memory (RSS high-water mark of a fresh process per measurement). Run: `make bench-compile` or
-`.venv/bin/python bench/compile.py [layers ...]`.
+For each preset's step graph(s) (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, qwen2.5-0.5b, gemma-3-1b,
+whisper tiny: encoder and decoder) it compiles cold (empty cache directory) and warm (same directory),
+each in a fresh process, with the prefill + decode buckets the generation engine uses
+(`s` in [1, 1] and [2, max_seq]); it prints the phase breakdown, the rolled bodies, what search
+measured, NVRTC time (cuda), the peak RSS of the process, and machine-independent sizes (HLIR nodes,
+egglog commands, e-graph nodes, saturation iterations and rule matches). `--torch` adds the
+torch.compile time of the same architecture (transformers, random weights, same device) as the peer.
+
+  python bench/compile.py                                   # reference backend (CPU), every preset
+  python bench/compile.py --backend cuda --presets llama-3.2-1b,qwen3-0.6b,gemma-3-1b --torch
+  python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
+Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
+breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -20,109 +30,179 @@ from pathlib import Path
 
 import numpy as np
 
-import luminal as lm
-from luminal.shape.expr import dim, z
-
-D, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 4, 2, 16, 128, 256
+ROOT = Path(__file__).parents[1]
+PRESETS = ("llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-3-1b", "whisper-tiny")
 
 
-def rope(x: lm.GraphTensor, cos: lm.GraphTensor, sin: lm.GraphTensor) -> lm.GraphTensor:
-    """x (s, h, hd) rotated by half: (x1 cos - x2 sin, x1 sin + x2 cos); cos/sin (s, hd/2)."""
-    half = HEAD_DIM // 2
-    x1, x2 = x[:, :, :half], x[:, :, half:]
-    c, s = cos.unsqueeze(1), sin.unsqueeze(1)  # (s, 1, hd/2)
-    return lm.concat([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+# -- graphs -----------------------------------------------------------------------------------------
+def graphs(preset: str, max_seq: int, layers: int | None):
+    """[(name, graph, buckets)] of one preset: the step graph(s) its runtime compiles."""
+    if preset.startswith("synthetic-"):
+        return [("step", synthetic(int(preset.split("-")[1])), {"s": [(1, 1), (2, max_seq)]})]
+    from luminal.models import gemma, llama, qwen, whisper
+
+    if preset.startswith("whisper-"):
+        cfg = whisper.CONFIGS[preset.split("-", 1)[1]]
+        if layers:
+            cfg = dataclasses.replace(cfg, enc_layers=layers, dec_layers=layers)
+        return [("encoder", whisper.encoder_graph(cfg), {}),
+                ("decoder", whisper.decoder_graph(cfg), {"s": [(1, 1), (2, cfg.text_ctx)]})]  # fmt: skip
+    family = {"llama": (llama, llama.Transformer), "qwen3": (qwen, llama.Transformer),
+              "qwen2.5": (qwen, llama.Transformer), "gemma": (gemma, gemma.Transformer)}  # fmt: skip
+    mod, build = family[preset.split("-")[0]]
+    cfg = mod.CONFIGS[preset]
+    if layers:
+        cfg = dataclasses.replace(cfg, n_layers=layers)
+    return [("step", build(cfg, max_seq).graph, {"s": [(1, 1), (2, max_seq)]})]
 
 
-def attention(g: lm.Graph, h: lm.GraphTensor, i: int, cos, sin, mask) -> lm.GraphTensor:
-    s = h.shape[0]
-    wq, wk, wv, wo = (g.tensor(f"l{i}.{n}", shp).persist() for n, shp in
-                      (("wq", (D, HEADS * HEAD_DIM)), ("wk", (D, KV_HEADS * HEAD_DIM)),
-                       ("wv", (D, KV_HEADS * HEAD_DIM)), ("wo", (HEADS * HEAD_DIM, D))))  # fmt: skip
-    q = rope((h @ wq).reshape(s, HEADS, HEAD_DIM), cos, sin)  # (s, H, hd)
-    k = rope((h @ wk).reshape(s, KV_HEADS, HEAD_DIM), cos, sin)  # (s, KV, hd)
-    v = (h @ wv).reshape(s, KV_HEADS, HEAD_DIM)
-    k_cache = g.tensor(f"l{i}.k_cache", ("p", KV_HEADS, HEAD_DIM)).persist()
-    v_cache = g.tensor(f"l{i}.v_cache", ("p", KV_HEADS, HEAD_DIM)).persist()
-    k_all = lm.concat([k_cache, k], axis=0)  # (t, KV, hd)
-    v_all = lm.concat([v_cache, v], axis=0)
-    k_all.output(f"l{i}.k_out")
-    v_all.output(f"l{i}.v_out")
-    t = k_all.shape[0]
-    rep = HEADS // KV_HEADS
-    kh = k_all.permute(1, 0, 2).unsqueeze(1).expand(KV_HEADS, rep, t, HEAD_DIM).reshape(HEADS, t, HEAD_DIM)
-    vh = v_all.permute(1, 0, 2).unsqueeze(1).expand(KV_HEADS, rep, t, HEAD_DIM).reshape(HEADS, t, HEAD_DIM)
-    scores = (q.permute(1, 0, 2) @ kh.transpose(-1, -2)) * (1.0 / np.sqrt(HEAD_DIM))  # (H, s, t)
-    scores = lm.where(mask, scores, -1e9)
-    out = (scores.softmax(-1) @ vh).permute(1, 0, 2).reshape(s, HEADS * HEAD_DIM)  # (s, H*hd)
-    return out @ wo
+def synthetic(layers: int):
+    """The small decoder of the earlier notes: embedding, RMSNorm, RoPE, GQA over a KV cache, SwiGLU."""
+    import luminal as lm
+    from luminal.shape.expr import dim, z
 
-
-def mlp(g: lm.Graph, h: lm.GraphTensor, i: int) -> lm.GraphTensor:
-    w1, w3 = (g.tensor(f"l{i}.{n}", (D, FFN)).persist() for n in ("w1", "w3"))
-    w2 = g.tensor(f"l{i}.w2", (FFN, D)).persist()
-    return ((h @ w1).silu() * (h @ w3)) @ w2
-
-
-def build(layers: int) -> lm.Graph:
+    d, heads, kv, hd, ffn, vocab = 64, 4, 2, 16, 128, 256
     g = lm.Graph()
     tokens = g.tensor("tokens", ("s",), lm.i32)
-    emb = g.tensor("emb", (VOCAB, D)).persist()
-    cos, sin = g.tensor("cos", ("s", HEAD_DIM // 2)), g.tensor("sin", ("s", HEAD_DIM // 2))
+    cos, sin = g.tensor("cos", ("s", hd // 2)), g.tensor("sin", ("s", hd // 2))
     s, p = dim("s"), dim("p")
     t = p + s
-    mask = g.iota((z % t).lt(z // t + p + 1), (s, t)).cast(lm.bool).unsqueeze(0).expand(HEADS, s, t)
-    x = emb.gather(tokens, axis=0)  # (s, D)
+    mask = g.iota((z % t).lt(z // t + p + 1), (s, t)).cast(lm.bool).unsqueeze(0).expand(heads, s, t)
+
+    def rope(x):
+        x1, x2, c, sn = x[:, :, : hd // 2], x[:, :, hd // 2 :], cos.unsqueeze(1), sin.unsqueeze(1)
+        return lm.concat([x1 * c - x2 * sn, x1 * sn + x2 * c], axis=-1)
+
+    x = g.tensor("emb", (vocab, d)).persist().gather(tokens, axis=0)
     for i in range(layers):
-        x = x + attention(g, x.rms_norm() * g.tensor(f"l{i}.attn_norm", (D,)).persist(), i, cos, sin, mask)
-        x = x + mlp(g, x.rms_norm() * g.tensor(f"l{i}.mlp_norm", (D,)).persist(), i)
-    x = x.rms_norm() * g.tensor("norm", (D,)).persist()
-    (x @ g.tensor("lm_head", (D, VOCAB)).persist()).output("logits")
+        w = {n: g.tensor(f"l{i}.{n}", shp).persist() for n, shp in
+             (("wq", (d, heads * hd)), ("wk", (d, kv * hd)), ("wv", (d, kv * hd)), ("wo", (heads * hd, d)),
+              ("w1", (d, ffn)), ("w3", (d, ffn)), ("w2", (ffn, d)), ("n1", (d,)), ("n2", (d,)))}  # fmt: skip
+        h = x.rms_norm() * w["n1"]
+        q, k = rope((h @ w["wq"]).reshape(s, heads, hd)), rope((h @ w["wk"]).reshape(s, kv, hd))
+        v = (h @ w["wv"]).reshape(s, kv, hd)
+        k_all = lm.concat([g.tensor(f"l{i}.k_cache", ("p", kv, hd)).persist(), k], axis=0).output(f"l{i}.k")
+        v_all = lm.concat([g.tensor(f"l{i}.v_cache", ("p", kv, hd)).persist(), v], axis=0).output(f"l{i}.v")
+        kh = k_all.permute(1, 0, 2).unsqueeze(1).expand(kv, heads // kv, t, hd).reshape(heads, t, hd)
+        vh = v_all.permute(1, 0, 2).unsqueeze(1).expand(kv, heads // kv, t, hd).reshape(heads, t, hd)
+        sc = lm.where(mask, (q.permute(1, 0, 2) @ kh.transpose(-1, -2)) * (1.0 / np.sqrt(hd)), -1e9)
+        x = x + (sc.softmax(-1) @ vh).permute(1, 0, 2).reshape(s, heads * hd) @ w["wo"]
+        h = x.rms_norm() * w["n2"]
+        x = x + ((h @ w["w1"]).silu() * (h @ w["w3"])) @ w["w2"]
+    (x.rms_norm() @ g.tensor("lm_head", (d, vocab)).persist()).output("logits")
     return g
 
 
-def measure(layers: int, cache: str) -> dict:
-    """One compile in this process (called in a fresh subprocess so peak RSS is per compile)."""
+# -- one measurement (a fresh process) ----------------------------------------------------------------
+def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, layers: int | None) -> dict:
     os.environ["LUMINAL_CACHE"] = cache
     t0 = time.perf_counter()
-    g = build(layers)
+    name, g, buckets = next(x for x in graphs(preset, max_seq, layers) if x[0] == which)
     t_build = time.perf_counter() - t0
-    model = g.compile("reference")
+    t0 = time.perf_counter()
+    model = g.compile(backend, buckets=buckets)
+    wall = time.perf_counter() - t0
     st = model.stats
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    keys = ("hlir_nodes", "egraph_nodes", "egraph_classes", "llir_nodes", "time_serialize_s", "time_saturate_s",
-            "time_extract_s", "time_search_s", "time_total_s", "cache_hit")  # fmt: skip
-    out = {k: st[k] for k in keys} | {"time_build_s": t_build, "peak_mb": peak_mb,
-                                      "matmuls": st["llir_ops"].get("NumpyMatmul", 0)}  # fmt: skip
-    out["phases"] = [(p["phase"], round(p["seconds"], 3), p["iterations"]) for p in st["phases"]]
+    out = {k: st.get(k) for k in ("hlir_nodes", "live_hlir_nodes", "egglog_commands", "egraph_nodes",
+                                  "egraph_classes", "llir_nodes", "time_serialize_s", "time_roll_s",
+                                  "time_saturate_s", "time_extract_s", "time_search_s", "time_load_s",
+                                  "time_total_s", "cache_hit", "profiling", "backend_counters", "rolled")}  # fmt: skip
+    out |= {"preset": preset, "graph": name, "backend": backend, "time_build_s": t_build, "wall_s": wall,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "iterations": sum(p["iterations"] for p in st["phases"]),
+            "matches": sum(p["matches"] for p in st["phases"])}  # fmt: skip
     return out
 
 
-COLUMNS = (  # header, stats key, format
-    ("hlir", "hlir_nodes", "{:>6}"), ("e-nodes", "egraph_nodes", "{:>8}"), ("classes", "egraph_classes", "{:>8}"),
-    ("llir", "llir_nodes", "{:>5}"), ("mm", "matmuls", "{:>4}"), ("build", "time_build_s", "{:>6.2f}"),
-    ("serial", "time_serialize_s", "{:>7.3f}"), ("satur", "time_saturate_s", "{:>7.3f}"),
-    ("extract", "time_extract_s", "{:>7.3f}"), ("search", "time_search_s", "{:>7.3f}"),
-    ("total", "time_total_s", "{:>7.3f}"), ("peakMB", "peak_mb", "{:>7.0f}"),
-)  # fmt: skip
+def torch_compile_time(preset: str, layers: int | None) -> float | None:
+    """Seconds for torch.compile + the first forward of the same architecture (random weights, bf16 on
+    the GPU); None when transformers cannot build it here."""
+    try:
+        import torch
+        import transformers as tf
+
+        from luminal.models import gemma, llama, qwen
+
+        fam = preset.split("-")[0]
+        c = {"llama": llama.CONFIGS, "qwen3": qwen.CONFIGS, "qwen2.5": qwen.CONFIGS, "gemma": gemma.CONFIGS}[fam][
+            preset
+        ]
+        n = layers or c.n_layers
+        common = dict(vocab_size=c.vocab_size, hidden_size=c.dim, intermediate_size=c.hidden, num_hidden_layers=n,
+                      num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim)  # fmt: skip
+        cls = {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "qwen2.5": tf.Qwen2Config,
+               "gemma": tf.Gemma3TextConfig}[fam]  # fmt: skip
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        model = tf.AutoModelForCausalLM.from_config(cls(**common)).to(dev, torch.bfloat16).eval()
+        ids = torch.randint(0, c.vocab_size, (1, 16), device=dev)
+        t0 = time.perf_counter()
+        cm = torch.compile(model)
+        with torch.no_grad():
+            cm(ids)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - the peer is optional: report why it is missing
+        print(f"  torch.compile peer unavailable for {preset}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+# -- driver -------------------------------------------------------------------------------------------
+def _row(m: dict, run: str) -> str:
+    prof = m.get("profiling") or {}
+    nv = m.get("backend_counters") or {}
+    bodies = ", ".join(f"{b['layers']}x{b['nodes']}" for b in (m.get("rolled") or {}).get("bodies", []))
+    return (f"{m['preset']:<14}{m['graph']:<9}{run:<5}{m['wall_s']:>7.2f}{m['time_roll_s']:>6.2f}"
+            f"{m['time_saturate_s']:>7.2f}{m['time_extract_s']:>6.2f}{m['time_search_s']:>7.2f}{m['time_load_s']:>6.2f}"
+            f"{m['peak_mb']:>7.0f}{m['hlir_nodes']:>7}{m['live_hlir_nodes'] or 0:>6}{m['egglog_commands'] or 0:>7}"
+            f"{m['egraph_nodes']:>7}{m['iterations']:>6}{m['matches']:>8}{prof.get('ops_measured', 0):>6}"
+            f"{prof.get('op_hits', 0):>7}{nv.get('compile_s', 0.0):>7.2f}  {bodies}")  # fmt: skip
+
+
+HEADER = (f"{'preset':<14}{'graph':<9}{'run':<5}{'wall':>7}{'roll':>6}{'satur':>7}{'extr':>6}{'search':>7}"
+          f"{'load':>6}{'peakMB':>7}{'hlir':>7}{'live':>6}{'cmds':>7}{'enode':>7}{'iters':>6}{'matches':>8}"
+          f"{'meas':>6}{'hits':>7}{'nvrtc':>7}  rolled bodies (layers x nodes)")  # fmt: skip
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["--one"]:
-        print(json.dumps(measure(int(argv[1]), argv[2])))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="reference")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--synthetic", default="", help="layer counts of the synthetic decoder, e.g. 1,4,16")
+    ap.add_argument("--layers", type=int, default=None, help="override every preset's depth")
+    ap.add_argument("--max-seq", type=int, default=512)
+    ap.add_argument("--torch", action="store_true", help="also time torch.compile of the same architecture")
+    ap.add_argument("--json", default=None, help="append one JSON line per measurement to this file")
+    ap.add_argument("--one", nargs=3, metavar=("PRESET", "GRAPH", "CACHE"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(measure(a.one[0], a.one[1], a.backend, a.one[2], a.max_seq, a.layers)))
         return
-    depths = [int(a) for a in argv] or [1, 4, 16]
-    widths = [len(f.format(0)) for _, _, f in COLUMNS]
-    print(f"{'layers':>6} {'run':>5} " + " ".join(h.rjust(w) for (h, _, _), w in zip(COLUMNS, widths, strict=True)))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    for n in depths:
+    presets = [f"synthetic-{n}" for n in a.synthetic.split(",") if n] or [p for p in a.presets.split(",") if p]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    print(f"backend {a.backend}; buckets s in [1, 1] and [2, max_seq={a.max_seq}]; seconds, MB", flush=True)
+    print(HEADER, flush=True)
+    for preset in presets:
+        names = [n for n, _, _ in graphs(preset, a.max_seq, a.layers)]
         with tempfile.TemporaryDirectory() as d:
-            for run in ("cold", "warm"):
-                cmd = [sys.executable, __file__, "--one", str(n), d]
-                r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-                m = json.loads(r.stdout.strip().splitlines()[-1])
-                cells = " ".join(f.format(m[k]) for _, k, f in COLUMNS)
-                print(f"{n:>6} {run:>5} {cells}  {m['phases'] if run == 'cold' else ''}")
+            for name in names:
+                for run in ("cold", "warm"):
+                    cmd = [sys.executable, __file__, "--backend", a.backend, "--max-seq", str(a.max_seq),
+                           *(["--layers", str(a.layers)] if a.layers else []), "--one", preset, name, d]  # fmt: skip
+                    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    if r.returncode != 0:
+                        print(f"{preset:<14}{name:<9}{run:<5} FAILED: {r.stderr.strip().splitlines()[-1:]}", flush=True)
+                        break
+                    m = json.loads(r.stdout.strip().splitlines()[-1])
+                    print(_row(m, run), flush=True)
+                    if os.environ.get("LUMINAL_DEBUG", "0") not in ("", "0") and r.stderr.strip():
+                        print(r.stderr.rstrip(), file=sys.stderr, flush=True)  # the compile's own breakdown
+                    if a.json:
+                        with open(a.json, "a") as f:
+                            f.write(json.dumps(m | {"run": run}) + "\n")
+        if a.torch and not preset.startswith(("synthetic", "whisper")):
+            t = torch_compile_time(preset, a.layers)
+            print(f"{preset:<14}torch.compile + first forward: {'n/a' if t is None else f'{t:.1f} s'}", flush=True)
 
 
 if __name__ == "__main__":

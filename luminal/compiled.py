@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from luminal.errors import BackendError, InputError
-from luminal.graph import Graph
+from luminal.dtype import to_dtype
+from luminal.errors import BackendError, DTypeError, InputError, ShapeError
+from luminal.graph import Graph, empty_max_message
 from luminal.shape.expr import Expression
 
 log = logging.getLogger(__name__)
 
 
 class CompiledModel:
-    """A graph compiled for one backend. `run(inputs, dims=None)` -> {output name: np.ndarray}."""
+    """A graph compiled for one backend. `run(inputs, dims=None, fetch=None)` -> {output name: np.ndarray}.
+
+    Persistent inputs (weights, state) are bound once -- `bind(inputs)`, or passed to `run` -- and
+    stay with the runtime (on the GPU for cuda); state an in-place op updates (a KV cache) is
+    updated there and never copied back unless fetched. Every output of a run stays with the
+    runtime until the next run: `fetch` names the ones to copy back (default: all), `sample` draws
+    token ids from one of them where it lies."""
 
     def __init__(self, graph: Graph, executor: Any, backend: str, stats: dict, plans: list | None = None):
         self.backend = backend
@@ -28,12 +35,24 @@ class CompiledModel:
         self._inputs = {n: (graph.input_shapes[n], graph.nodes[i].dtype) for n, i in graph.inputs.items()}
         self._outputs = {n: (graph.output_shapes[n], graph.nodes[i].dtype) for n, i in graph.outputs.items()}
         self._persistent_names = frozenset(graph.persistent)
-        if hasattr(executor, "set_persistent"):  # device backends keep these inputs resident (cuda)
-            executor.set_persistent(self._persistent_names)
-        if isinstance(getattr(executor, "stats", None), dict):  # live runtime stats (cuda: arena_bytes, ...)
-            self.stats["runtime"] = executor.stats
+        # the plans (one per dim bucket) share the bound persistent inputs
+        self._plans = list(getattr(executor, "plans", None) or [({}, executor)])
+        first = self._plans[0][1]
+        for bounds, ex in self._plans:
+            if hasattr(ex, "set_persistent"):
+                ex.set_persistent(self._persistent_names, share=first)
+            if bounds and hasattr(ex, "set_bounds"):
+                ex.set_bounds(bounds)
+        runtimes = [ex.stats for _, ex in self._plans if isinstance(getattr(ex, "stats", None), dict)]
+        if runtimes:  # live runtime stats (cuda: arena_bytes, graph_builds, h2d_bytes, ...), one per bucket
+            self.stats["runtime"] = runtimes[0]
+            self.stats["runtimes"] = runtimes
         self._bound: dict[str, np.ndarray] = {}
+        self._resident: set[str] = set()  # bound through bind(): held by the runtime only
+        self._last: Any = None  # the plan of the last run (outputs stay with it)
+        self._last_env: dict[str, int] = {}
         self._dims = graph.dims()
+        self._max_lengths = graph.max_lengths()  # symbolic lengths of max reductions: none may be 0 at run time
 
     @property
     def input_names(self) -> list[str]:
@@ -43,15 +62,49 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return list(self._outputs)
 
-    def run(self, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
-        """Run once. Persistent inputs given once stay bound; dims are inferred from input shapes."""
+    def bind(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Bind persistent inputs now (cuda: uploaded at once, no host reference kept; reference:
+        the array is kept). Later runs use them without passing them; binding again replaces them."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"bind() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
+        for name, arr in inputs.items():
+            if name not in self._inputs:
+                raise InputError(f"bind: unknown input {name!r}; this model's inputs are {sorted(self._inputs)}")
+            if name not in self._persistent_names:
+                raise InputError(f"bind: input {name!r} is not persistent (mark it .persist() to bind it once)")
+            shape, dt = self._inputs[name]
+            if not isinstance(arr, np.ndarray) or arr.dtype != dt.np:
+                got = arr.dtype if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise InputError(f"bind: input {name!r} must be a numpy array of {dt}, got {got}")
+            want = tuple(_eval(d, {}, name) if not d.dims() else None for d in shape)
+            if arr.ndim != len(shape) or any(w is not None and w != n for w, n in zip(want, arr.shape, strict=True)):
+                raise InputError(f"bind: input {name!r} has shape {arr.shape}, the graph declares {list(shape)}")
+            ex = self._plans[0][1]
+            if hasattr(ex, "bind"):  # held by the runtime (shared by every bucket's plan)
+                self._bound.pop(name, None)
+                ex.bind(name, arr)
+                self._resident.add(name)
+            else:
+                self._bound[name] = arr
+
+    def run(self, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None,
+            fetch: Sequence[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Run once; return the outputs named in `fetch` (default: all). Persistent inputs given once
+        stay bound; dims are inferred from input shapes."""
         feed = self._check_inputs(inputs)
-        env = self._infer_dims(feed, dims or {})
+        env = self._infer_dims(feed, {} if dims is None else dims)
+        names = list(self._outputs) if fetch is None else list(fetch)
+        bad = [n for n in names if n not in self._outputs]
+        if bad:
+            raise InputError(f"fetch: unknown outputs {bad}; this model's outputs are {sorted(self._outputs)}")
+        ex = self._executor.select(env) if hasattr(self._executor, "select") else self._executor
         t0 = time.perf_counter()
-        outs = self._executor.run(feed, env)
+        outs = ex.run(feed, env, fetch=names) if fetch is not None else ex.run(feed, env)
         self.stats["time_last_run_s"] = time.perf_counter() - t0
+        self._last, self._last_env = ex, env
         result: dict[str, np.ndarray] = {}
-        for name, (shape, dt) in self._outputs.items():
+        for name in names:
+            shape, dt = self._outputs[name]
             concrete = tuple(int(d.evaluate(env)) for d in shape)
             arr = np.asarray(outs[name]).reshape(concrete).astype(dt.np, copy=False)
             # outputs are the caller's to modify: never hand out a view of an input (a bound weight)
@@ -63,6 +116,18 @@ class CompiledModel:
 
     __call__ = run
 
+    def sample(self, output: str, sampler, position: int) -> np.ndarray:
+        """Token ids (rows,) i32 drawn from the last run's (rows, vocab) output `output` where it lies
+        (on the GPU for cuda: only the ids come back); `sampler` is a luminal.sampling.Sampler and
+        `position` the sampled token's position (the RNG counter). Same algorithm on every backend."""
+        if self._last is None:
+            raise InputError("sample() reads the outputs of the last run: call run() first")
+        shape = self._outputs[output][0] if output in self._outputs else None
+        if shape is None or len(shape) != 2:
+            raise InputError(f"sample: {output!r} is not a (rows, vocab) output of this model")
+        rows, cols = (int(d.evaluate(self._last_env)) for d in shape)
+        return self._last.sample(output, rows, cols, sampler, int(position))
+
     def viz(self, path: str | Path, bucket: int = 0) -> Path:
         """Render the chosen plan (LLIR) of `bucket` as .html, .dot or .json (by suffix)."""
         if not self.plans:
@@ -73,6 +138,11 @@ class CompiledModel:
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(inputs, Mapping):
             raise InputError(f"run() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
+        bad_keys = [k for k in inputs if not isinstance(k, str)]
+        if bad_keys:
+            raise InputError(
+                f"input names are strings; got the key(s) {bad_keys!r}. This model's inputs are {sorted(self._inputs)}"
+            )
         extra = set(inputs) - set(self._inputs)
         if extra:
             raise InputError(f"unknown inputs {sorted(extra)}; this model's inputs are {sorted(self._inputs)}")
@@ -83,9 +153,13 @@ class CompiledModel:
                 if not isinstance(arr, np.ndarray):
                     raise InputError(f"input {name!r}: expected a numpy array of {dt}, got {type(arr).__name__}")
                 if arr.dtype != dt.np:
+                    try:  # name the array's dtype in luminal's spelling: that is what a declaration would take
+                        have = f" or declare the input with dtype={to_dtype(arr.dtype).value!r}"
+                    except DTypeError:
+                        have = ""
                     raise InputError(
                         f"input {name!r}: dtype {arr.dtype} but the graph declares {dt} "
-                        f"(convert with arr.astype({dt.np.name!r}) or declare the input with dtype={dt.value!r})"
+                        f"(convert with arr.astype({dt.np.name!r}){have})"
                     )
                 if arr.ndim != len(shape):
                     raise InputError(f"input {name!r}: rank {arr.ndim} array for declared shape {list(shape)}")
@@ -94,15 +168,21 @@ class CompiledModel:
                     self._bound[name] = arr
             elif name in self._bound:
                 feed[name] = self._bound[name]
+            elif name in self._resident:
+                continue
             else:
                 hint = " (it is persistent: pass it once, it stays bound)" if name in self._persistent_names else ""
                 raise InputError(f"missing input {name!r} of shape {list(shape)} and dtype {dt}{hint}")
         return feed
 
     def _infer_dims(self, feed: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> dict[str, int]:
+        if not isinstance(dims, Mapping):
+            raise InputError(f"dims must be a dict of dim name -> int (dims={{'s': 3}}), got {type(dims).__name__}")
         env: dict[str, int] = {}
         for k, v in dims.items():
-            if not isinstance(v, (int, np.integer)) or v < 0:
+            if not isinstance(k, str):
+                raise InputError(f"dims: dim names are strings, got the key {k!r} ({type(k).__name__})")
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) or v < 0:
                 raise InputError(f"dims[{k!r}] = {v!r}: dims must be non-negative ints")
             env[k] = int(v)
         for name, arr in feed.items():
@@ -122,6 +202,10 @@ class CompiledModel:
         missing = sorted(self._dims - set(env))
         if missing:
             raise InputError(f"dims {missing} are not determined by any input shape; pass dims={{'{missing[0]}': n}}")
+        for n in self._max_lengths:
+            if n.dims() <= env.keys() and int(n.evaluate(env)) == 0:
+                at = ", ".join(f"{d}={env[d]}" for d in sorted(n.dims()))
+                raise ShapeError(empty_max_message(f"an axis of length {n} = 0 (at {at})"))
         return env
 
 

@@ -13,24 +13,27 @@ EXPECTED = "ask not what your country can do for you"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Returns 0 when the transcript contains the expected phrase. argv: [--backend auto|reference|cuda]."""
+    """Returns 0 when the transcript contains the expected phrase. argv: [--backend B] [--dtype D]."""
     import argparse
 
     import numpy as np
 
     from luminal.models import whisper
     from luminal.models.audio import read_wav
+    from luminal.models.common import add_dtype_option, user_errors
 
     ap = argparse.ArgumentParser(prog="python -m luminal.demo", description="Whisper tiny.en on the bundled JFK clip")
     ap.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])
-    backend = ap.parse_args(argv or []).backend
-    t0 = time.perf_counter()
-    model = whisper.load(whisper.default_model_dir(), backend=backend)
-    load_s = time.perf_counter() - t0
-    audio = read_wav(CLIP)
-    print(f"whisper tiny.en ({model.cfg.enc_layers}+{model.cfg.dec_layers} layers, d={model.cfg.dim}) on "
-          f"{CLIP.name} ({audio.size / 16000:.1f} s), backend {model.encoder.backend}")  # fmt: skip
-    text = model.transcribe(audio)
+    add_dtype_option(ap)  # auto: f16 on cuda (what the CTranslate2 model.bin stores), f32 on the reference
+    args = ap.parse_args(argv or [])
+    with user_errors():
+        t0 = time.perf_counter()
+        model = whisper.load(whisper.default_model_dir(), backend=args.backend, dtype=args.dtype)
+        load_s = time.perf_counter() - t0
+        audio = read_wav(CLIP)
+        print(f"whisper tiny.en ({model.cfg.enc_layers}+{model.cfg.dec_layers} layers, d={model.cfg.dim}) on "
+              f"{CLIP.name} ({audio.size / 16000:.1f} s), backend {model.encoder.backend}")  # fmt: skip
+        text = model.transcribe(audio)
     print(f"transcript: {text}")
     steps = [model.ttft_s, *model.decode_s]
     print(f"load {load_s:.1f} s (compile {model.compile_s:.1f} s) | encode {model.encode_s:.2f} s | "

@@ -25,11 +25,23 @@ DEBUG = Flag("LUMINAL_DEBUG", "0", "1: log each compile's per-phase table (timin
 DUMP = Flag("LUMINAL_DUMP", "", "a directory: write each compile's egglog program, e-graph stats and LLIR (.html)")
 CACHE = Flag("LUMINAL_CACHE", "", "compile-cache directory; '0' or 'off' disables it (default: user cache dir)")
 TF32 = Flag("LUMINAL_TF32", "0", "1: f32 cuBLASLt matmuls may round inputs to TF32 (tensor cores); default exact f32")
-FLAGS = (DEBUG, DUMP, CACHE, TF32)
+PROFILE = Flag(
+    "LUMINAL_PROFILE",
+    "0",
+    "1: log a per-op table (launches, time, bytes, % of step, % of roofline) for the first step of each CUDA plan",
+)
+FLAGS = (DEBUG, DUMP, CACHE, TF32, PROFILE)
 
 
 def debug() -> bool:
     on = DEBUG.raw().strip().lower() not in ("", "0", "false", "no", "off")
+    if on:
+        _ensure_handler()
+    return on
+
+
+def profile() -> bool:
+    on = PROFILE.raw().strip().lower() not in ("", "0", "false", "no", "off")
     if on:
         _ensure_handler()
     return on

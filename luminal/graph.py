@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from luminal.dtype import DType, to_dtype
-from luminal.errors import DTypeError, InputError, ShapeError
-from luminal.hlir import Constant, Input, Iota, Op, Output
-from luminal.shape.expr import Expression, ExprLike, dim, expr
+from luminal.errors import InputError, ShapeError
+from luminal.hlir import Constant, Input, Iota, MaxReduce, Op, Output
+from luminal.shape.expr import ZERO, Expression, ExprLike, dim, expr
 from luminal.shape.tracker import ShapeTracker
 
 if TYPE_CHECKING:
@@ -31,6 +31,11 @@ def shape_tuple(shape, what: str) -> tuple:
     if not isinstance(shape, (tuple, list)):
         raise ShapeError(f"{what}: a shape is a tuple of ints and dim names, got {shape!r}")
     return tuple(shape)
+
+
+def empty_max_message(where: str) -> str:
+    return (f"max/min over {where}: an empty max has no value, so luminal raises like numpy "
+            "(max, min, argmax, argmin, softmax and log_softmax reduce with a max; docs/numerics.md)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Graph:
 
     # -- building -------------------------------------------------------------------------------
     def add(self, op: Op, inputs: Sequence[int], dtype: DType, size: Expression) -> int:
+        if isinstance(op, MaxReduce) and op.iters is ZERO:
+            raise ShapeError(empty_max_message(f"an axis of size 0 (result shape {list(op.shape)})"))
         self.nodes.append(Node(op, tuple(inputs), dtype, size))
         return len(self.nodes) - 1
 
@@ -84,36 +91,19 @@ class Graph:
         return GraphTensor(self, nid, tr, dt)
 
     def constant(self, value: float | int | bool, dtype: object = DType.f32) -> GraphTensor:
-        """A scalar constant tensor (shape ()). Floats go through an f32 Constant, ints through Iota."""
+        """A scalar constant tensor (shape ()), exact in `dtype` (hlir Constant.of: floats round once,
+        integers out of the dtype's range raise DTypeError)."""
+        from luminal.tensor import GraphTensor
 
         dt = to_dtype(dtype)
         if isinstance(value, np.generic):
             value = value.item()
-        if not isinstance(value, (int, float, bool)):
-            raise DTypeError(f"constant: {value!r} ({type(value).__name__}) is not a number: give an int/float/bool")
         key = (type(value).__name__, repr(value), dt)  # repr: -0.0 and 0.0 are different constants
         if key in self._consts:
             return self._consts[key]
-        if dt.is_float or not float(value).is_integer() or not -(2**31) <= value < 2**31:
-            if not dt.is_float and not float(value).is_integer():
-                raise DTypeError(f"constant {value!r} is not an integer but the dtype is {dt}")
-            with np.errstate(over="ignore"):  # beyond f32: inf, like numpy's cast
-                hi = float(np.float32(value))
-            t = self._f32(hi)
-            if hi != float(value) and (dt == DType.f64 or not dt.is_float):  # f32 hi + f32 lo, exact to ~48 bits
-                t = t.cast(DType.f64) + self._f32(float(np.float32(float(value) - hi))).cast(DType.f64)
-        else:
-            t = self.iota(int(value), ())
-        if t.dtype != dt:
-            t = t.cast(dt)
-        self._consts[key] = t
+        nid = self.add(Constant.of(value, dt), (), dt, expr(1))
+        self._consts[key] = t = GraphTensor(self, nid, ShapeTracker.new(()), dt)
         return t
-
-    def _f32(self, value: float) -> GraphTensor:
-        from luminal.tensor import GraphTensor
-
-        nid = self.add(Constant(value), (), DType.f32, expr(1))
-        return GraphTensor(self, nid, ShapeTracker.new(()), DType.f32)
 
     def iota(self, index: ExprLike, shape: Sequence[ExprLike]) -> GraphTensor:
         """i32 tensor of `shape` whose element at flat index z is `index(z)` (an Expression in z)."""
@@ -138,6 +128,8 @@ class Graph:
         return self.full(shape, 1, dtype)
 
     def mark_output(self, t: GraphTensor, name: str | None) -> GraphTensor:
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InputError(f"output(name): the name must be a non-empty string or None, got {name!r}")
         name = name if name is not None else f"out{len(self.outputs)}"
         if name in self.outputs:
             raise InputError(f"an output named {name!r} already exists in this graph")
@@ -146,6 +138,17 @@ class Graph:
         self.outputs[name] = nid
         self.output_shapes[name] = src.shape
         return src
+
+    def max_lengths(self) -> list[Expression]:
+        """The distinct symbolic lengths of the MaxReduces the outputs depend on: `run` checks none is 0."""
+        live, todo = set(), list(self.outputs.values())
+        while todo:
+            i = todo.pop()
+            if i not in live:
+                live.add(i)
+                todo.extend(self.nodes[i].inputs)
+        found = {self.nodes[i].op.iters for i in live if isinstance(self.nodes[i].op, MaxReduce)}
+        return sorted((n for n in found if not n.is_num), key=lambda n: n.key)
 
     def dims(self) -> frozenset[str]:
         """Every dim symbol the graph's inputs and nodes use."""

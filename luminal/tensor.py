@@ -6,9 +6,13 @@ luminal/frontend/ by family and are bound here, so this file is the public surfa
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from luminal.errors import DTypeError
 from luminal.frontend import binary, indexing, matmul, movement, reduction, unary
 from luminal.shape.expr import Expression
 from luminal.shape.tracker import ShapeTracker
@@ -25,8 +29,12 @@ class GraphTensor:
     view: ShapeTracker
     dtype: DType
 
-    # `==` stays identity so tensors can be dict keys; use .eq()/.ne() for elementwise equality.
+    # Hashing is identity, so tensors can be dict keys and set members (dict and set lookups compare
+    # identity before calling __eq__, so they never reach the raising operators below).
     __hash__ = object.__hash__
+    # numpy must not treat a tensor as a sequence (`np.float32(2) * x` would iterate it): with this,
+    # numpy's operators return NotImplemented and Python calls the tensor's reflected operator (torch does the same).
+    __array_ufunc__ = None
 
     @property
     def shape(self) -> tuple[Expression, ...]:
@@ -62,7 +70,24 @@ class GraphTensor:
         return int(self.shape[0]) if self.ndim else 0
 
     def __bool__(self) -> bool:
-        return True
+        raise DTypeError(
+            "the truth value of a GraphTensor is not known while the graph is built (it is lazy): "
+            "use lm.where(cond, a, b) to select, or compare with `is None` to test for a tensor"
+        )
+
+    # `==` / `!=` with a tensor or a number would have to be elementwise (numpy) or identity (Python);
+    # either silently does the wrong thing for half of the users, so both raise and point to the
+    # elementwise methods (docs/numerics.md, "Python operators"). Against anything else (None,
+    # Ellipsis, a string) Python's identity answer is the only meaning: NotImplemented gives it.
+    def __eq__(self, other: object) -> bool:
+        if not _comparable(other):
+            return NotImplemented
+        raise DTypeError("`==` on a GraphTensor is ambiguous: use a.eq(b) elementwise, `a is b` for identity")
+
+    def __ne__(self, other: object) -> bool:
+        if not _comparable(other):
+            return NotImplemented
+        raise DTypeError("`!=` on a GraphTensor is ambiguous: use a.ne(b) elementwise, `a is not b` for identity")
 
     # arithmetic and comparison operators (frontend/binary.py)
     __add__, __radd__ = binary.add, binary.radd
@@ -112,3 +137,8 @@ class GraphTensor:
     @property
     def T(self) -> GraphTensor:
         return movement.permute(self, *reversed(range(self.ndim)))
+
+
+def _comparable(x: object) -> bool:
+    """Whether `tensor == x` could mean an elementwise comparison: a tensor, a number, an array."""
+    return isinstance(x, (GraphTensor, numbers.Number, np.generic, np.ndarray))

@@ -1,15 +1,16 @@
 """Build tiny random-weight reference models with Hugging Face transformers and save their weights,
 config and reference logits (a prompt plus three greedy decode steps) under tests/models/goldens/.
 
-Runs in a separate Python 3.11 venv (torch 2.13 is a local cp311 wheel), never in CI:
+Runs in the project venv (torch 2.14.1 CPU + transformers 5.24), never in CI:
 
-    python3.11 -m venv /tmp/goldens-venv
-    /tmp/goldens-venv/bin/pip install /opt/wheels/torch-2.13.0+cpu-cp311-*.whl transformers safetensors
-    HF_HUB_OFFLINE=1 /tmp/goldens-venv/bin/python scripts/make_goldens.py
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/make_goldens.py
 
 golden.safetensors holds `input_ids` (prompt), `logits` (prompt logits), `decode_ids` (3 greedy
 tokens) and `decode_logits` (the logits each decode step produced, computed with HF's KV cache);
-Whisper adds `input_features` and `encoder_out`.
+Whisper adds `input_features` and `encoder_out`. golden_bf16.safetensors and golden_f16.safetensors
+hold the same for the saved (f32) checkpoint loaded by transformers in that dtype (`from_pretrained(
+dtype=...)`, which rounds each weight to nearest even, as luminal's loader does) with eager attention,
+the forward pass in that dtype; their float tensors are stored as f32 (exact).
 """
 
 from __future__ import annotations
@@ -82,9 +83,38 @@ def save(name: str, model, golden: dict) -> None:
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d, safe_serialization=True)
     (d / "generation_config.json").unlink(missing_ok=True)
-    save_file({k: v.contiguous() for k, v in golden.items()}, d / "golden.safetensors")
+    save_golden(d / "golden.safetensors", golden)
+
+
+def save_golden(path: Path, golden: dict) -> None:
+    save_file({k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in golden.items()}, path)
+
+
+def sixteen_bit(name: str, cls, golden_fn) -> None:
+    """golden_{bf16,f16}.safetensors: the saved checkpoint run by transformers in that dtype."""
+    d = OUT / name
+    for tag, dt in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        model = cls.from_pretrained(d, dtype=dt, attn_implementation="eager").eval()
+        save_golden(d / f"golden_{tag}.safetensors", golden_fn(model, dt))
     size = sum(f.stat().st_size for f in d.iterdir())
-    print(f"{name}: {sum(p.numel() for p in model.parameters()):,} params, {size / 1e3:.0f} kB -> {d}")
+    print(f"{name}: {size / 1e3:.0f} kB -> {d}")
+
+
+@torch.no_grad()
+def whisper_golden(w, feats: torch.Tensor, dt: torch.dtype) -> dict:
+    enc = w.model.encoder(feats.to(dt)).last_hidden_state
+    dec_ids = torch.tensor([[1, 5, 7, 9]])
+    out = w(encoder_outputs=(enc,), decoder_input_ids=dec_ids, use_cache=True)
+    logits, past = out.logits[0], out.past_key_values
+    tok, steps, step_logits = logits[-1].argmax(), [], []
+    for _ in range(STEPS):
+        steps.append(int(tok))
+        out = w(encoder_outputs=(enc,), decoder_input_ids=tok.view(1, 1), past_key_values=past, use_cache=True)
+        past, tok = out.past_key_values, out.logits[0, -1].argmax()
+        step_logits.append(out.logits[0, -1])
+    return {"input_features": feats[0], "encoder_out": enc[0], "input_ids": dec_ids[0].to(torch.int32),
+            "logits": logits, "decode_ids": torch.tensor(steps, dtype=torch.int32),
+            "decode_logits": torch.stack(step_logits)}  # fmt: skip
 
 
 def main() -> None:
@@ -95,6 +125,7 @@ def main() -> None:
         model = model.eval()
         perturb_norms(model, gen)
         save(name, model, decode_golden(model, ids))
+        sixteen_bit(name, type(model), lambda m, dt: decode_golden(m, ids))
 
     cfg = WhisperConfig(vocab_size=VOCAB, num_mel_bins=80, d_model=32, encoder_layers=2, decoder_layers=2,
                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
@@ -103,21 +134,8 @@ def main() -> None:
     w = WhisperForConditionalGeneration(cfg).eval()
     perturb_norms(w, gen)
     feats = torch.randn((1, 80, 2 * cfg.max_source_positions), generator=gen)
-    with torch.no_grad():
-        enc = w.model.encoder(feats).last_hidden_state
-        dec_ids = torch.tensor([[1, 5, 7, 9]])
-        out = w(encoder_outputs=(enc,), decoder_input_ids=dec_ids, use_cache=True)
-        logits, past = out.logits[0], out.past_key_values
-        tok, steps, step_logits = logits[-1].argmax(), [], []
-        for _ in range(STEPS):
-            steps.append(int(tok))
-            out = w(encoder_outputs=(enc,), decoder_input_ids=tok.view(1, 1), past_key_values=past, use_cache=True)
-            past, tok = out.past_key_values, out.logits[0, -1].argmax()
-            step_logits.append(out.logits[0, -1])
-    golden = {"input_features": feats[0], "encoder_out": enc[0], "input_ids": dec_ids[0].to(torch.int32),
-              "logits": logits, "decode_ids": torch.tensor(steps, dtype=torch.int32),
-              "decode_logits": torch.stack(step_logits)}  # fmt: skip
-    save("whisper", w, golden)
+    save("whisper", w, whisper_golden(w, feats, torch.float32))
+    sixteen_bit("whisper", WhisperForConditionalGeneration, lambda m, dt: whisper_golden(m, feats, dt))
     (OUT / "README.md").write_text(
         "Tiny random-weight models and reference logits from transformers "
         f"{__import__('transformers').__version__} / torch {torch.__version__}, made by scripts/make_goldens.py.\n"

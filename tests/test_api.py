@@ -80,11 +80,12 @@ def test_shapes_are_symbolic_expressions():
     assert x[1:].shape[0].evaluate({"s": 5}) == 4
 
 
-def test_eq_is_identity_for_dict_keys():
+def test_tensors_are_dict_keys():
+    """Hashing is identity; `==` itself raises (tests/test_tensor.py), dict lookups never call it."""
     g = lm.Graph()
     x, y = g.tensor("x", (2,)), g.tensor("y", (2,))
     d = {x: 1, y: 2}
-    assert d[x] == 1 and (x == x) is True and (x == y) is False  # noqa: PLR0124
+    assert d[x] == 1 and d[y] == 2
     assert x.eq(y).dtype == lm.bool
 
 
@@ -101,6 +102,24 @@ def test_python_scalars_either_side():
     np.testing.assert_allclose(out["d"], v**2)
     assert out["e"].tolist() == [False, True, True]
     np.testing.assert_allclose(out["f"], np.fmod(3, v))
+
+
+def test_numpy_scalars_either_side():
+    """numpy scalars on the left defer to the tensor's reflected operator (numpy must not iterate the tensor)."""
+    g = lm.Graph()
+    x = g.tensor("x", (3,))
+    outs = {"mul": np.float32(2.0) * x, "add": np.float64(1.5) + x, "sub": np.int64(3) - x, "div": np.float32(2) / x,
+            "lt": np.float32(1.5) < x, "pow": x ** np.int32(2), "rmul": x * np.float32(3)}  # fmt: skip
+    for name, t in outs.items():
+        assert isinstance(t, lm.GraphTensor), name
+        t.output(name)
+    v = np.array([1, 2, 4], np.float32)
+    out = g.compile("reference").run({"x": v})
+    for name, want in {"mul": 2 * v, "add": 1.5 + v, "sub": 3 - v, "div": 2 / v, "pow": v**2, "rmul": v * 3}.items():
+        np.testing.assert_allclose(out[name], want, rtol=2e-6, err_msg=name)
+    assert out["lt"].tolist() == [False, True, True]
+    with pytest.raises(lm.DTypeError, match="ndarray"):  # an array operand is not a scalar: a clear error
+        _ = np.ones(3, np.float32) * x
 
 
 def test_persistent_inputs_stay_bound_and_can_be_replaced():
@@ -128,24 +147,49 @@ def test_outputs_are_fresh_arrays():
 
 
 def test_size_zero_dims():
-    """Empty tensors flow through every op family; empty sums are 0 (and so are empty maxes)."""
+    """Empty tensors flow through every op family, sized 0 at run time or statically (`x[:, 3:]` of a
+    (2, 3) tensor, then pad / concat / cumsum of it); empty sums are 0, empty means NaN."""
     g = lm.Graph()
     x, w = g.tensor("x", ("a", "b")), g.tensor("w", ("b", 3))
-    outs = {"exp": x.exp(), "add": x + 1, "sum0": x.sum(axis=0), "sum1": x.sum(axis=1), "max0": x.max(axis=0),
-            "mm": x @ w, "cumsum": x.cumsum(), "softmax": x.softmax(), "slice": x[1:], "pad": x.pad(((1, 0), (0, 0))),
-            "cat": lm.concat([x, x]), "t": x.T, "mean1": x.mean(axis=1)}  # fmt: skip
+    e = g.tensor("f", (2, 3))[:, 3:]  # statically (2, 0)
+    outs = {"exp": x.exp(), "add": x + 1, "sum0": x.sum(axis=0), "sum1": x.sum(axis=1), "mm": x @ w,
+            "cumsum": x.cumsum(), "slice": x[1:], "pad": x.pad(((1, 0), (0, 0))), "cat": lm.concat([x, x]), "t": x.T,
+            "mean1": x.mean(axis=1), "e": e, "e_pad": e.pad(((0, 0), (1, 1)), value=3.0),
+            "e_cat": lm.concat([e, e], axis=1), "e_cumsum": e.cumsum(), "e_sum": e.sum(axis=1),
+            "e_mean": e.mean(axis=1), "e_flat": e.T.reshape(-1), "e_mm": e @ g.tensor("v", (0, 4))}  # fmt: skip
     for k, t in outs.items():
         t.output(k)
     m = g.compile("reference")
+    fv = np.ones((2, 3), np.float32)
     for a, b in ((0, 3), (2, 0)):
         xv, wv = np.ones((a, b), np.float32), np.ones((b, 3), np.float32)
-        out = m.run({"x": xv, "w": wv})
+        out = m.run({"x": xv, "w": wv, "f": fv, "v": np.ones((0, 4), np.float32)})
         assert out["exp"].shape == (a, b) and out["sum0"].tolist() == [float(a)] * b
-        assert out["sum1"].tolist() == [float(b)] * a and out["max0"].tolist() == ([1.0] * b if a else [0.0] * b)
+        assert out["sum1"].tolist() == [float(b)] * a
         np.testing.assert_array_equal(out["mm"], xv @ wv)
         assert out["slice"].shape == (max(a - 1, 0), b) and out["pad"].shape == (a + 1, b)
         assert out["cat"].shape == (2 * a, b) and out["t"].shape == (b, a) and out["cumsum"].shape == (a, b)
-        assert out["mean1"].shape == (a,)
+        assert out["mean1"].shape == (a,) and np.isnan(out["mean1"]).all()
+        assert out["e"].shape == (2, 0) and out["e_pad"].tolist() == [[3.0, 3.0]] * 2 and out["e_cat"].shape == (2, 0)
+        assert out["e_cumsum"].shape == (2, 0) and out["e_sum"].tolist() == [0.0, 0.0] and out["e_flat"].shape == (0,)
+        assert np.isnan(out["e_mean"]).all() and out["e_mm"].tolist() == [[0.0] * 4] * 2
+
+
+def test_max_over_an_empty_axis_raises():
+    """max / min / argmax / softmax over an empty axis have no value: ShapeError (like numpy), at
+    build time for a static axis, at run time for a symbolic one; a non-empty run still works."""
+    for op in ("max", "min", "argmax", "softmax"):
+        with pytest.raises(lm.ShapeError, match="max/min over an axis of size 0"):
+            getattr(lm.Graph().tensor("e", (2, 0)), op)(1)
+    g = lm.Graph()
+    x = g.tensor("x", ("a", "b"))
+    x.max(axis=1).output("m")
+    (x.sum(axis=1) + 1).output("s")
+    m = g.compile("reference")
+    assert m.run({"x": np.ones((2, 3), np.float32)})["m"].tolist() == [1.0, 1.0]
+    assert m.run({"x": np.ones((0, 3), np.float32)})["m"].shape == (0,)  # empty rows are fine: nothing is reduced
+    with pytest.raises(lm.ShapeError, match=r"max/min over an axis of length b = 0 \(at b=0\)"):
+        m.run({"x": np.ones((2, 0), np.float32)})
 
 
 def test_one_plan_serves_every_size():

@@ -100,6 +100,8 @@ BUILD_ERRORS = [
     ("repeat negative", lambda g, x, y, i, s: x.repeat(-1, 1), ShapeError, ["repeat"]),
     ("full bad shape", lambda g, x, y, i, s: g.full((2, None), 1.0), ShapeError, ["None"]),
     ("int constant frac", lambda g, x, y, i, s: g.constant(0.5, lm.i32), DTypeError, ["0.5", "i32"]),
+    ("output name int", lambda g, x, y, i, s: x.output(5), InputError, ["output", "name", "5"]),
+    ("output name empty", lambda g, x, y, i, s: x.output(""), InputError, ["output", "name"]),
 ]
 
 
@@ -140,6 +142,10 @@ RUN_ERRORS = [
     ("negative dim", {"x": X, "w": W, "k": K}, {"c": -1}, ["dims", "non-negative"]),
     ("float dim", {"x": X, "w": W, "k": K}, {"c": 2.5}, ["dims", "int"]),
     ("not a dict", [X, W], None, ["dict"]),
+    ("non-str input key", {1: X, "q": X}, None, ["input names are strings", "[1]", "'x'"]),
+    ("dims as a list", {"x": X, "w": W, "k": K}, [("c", 3)], ["dims must be a dict", "list"]),
+    ("non-str dim name", {"x": X, "w": W, "k": K}, {3: 3}, ["dim names are strings", "3"]),
+    ("bool dim", {"x": X, "w": W, "k": K}, {"c": True}, ["dims", "True"]),
 ]
 
 
@@ -151,6 +157,22 @@ def test_run_errors(what, inputs, dims, needles):
     msg = str(info.value)
     missing = [n for n in needles if n not in msg]
     assert not missing, f"{what}: message {msg!r} lacks {missing}"
+
+
+@pytest.mark.parametrize(
+    ("have", "spelling"), [(np.float64, "'f64'"), (np.int32, "'i32'"), (np.float16, "'f16'"), (np.uint16, None)]
+)
+def test_dtype_hint_names_the_arrays_dtype(have, spelling):
+    """The fix offered for a dtype mismatch is a declaration of the dtype the array has (not the declared one)."""
+    m = _model()
+    with pytest.raises(InputError) as info:
+        m.run({"x": X.astype(have), "w": W, "k": K})
+    msg = str(info.value)
+    assert "arr.astype('float32')" in msg and "dtype='f32'" not in msg
+    if spelling is None:  # a numpy dtype luminal has no name for: only the conversion is offered
+        assert "declare the input" not in msg
+    else:
+        assert f"declare the input with dtype={spelling}" in msg
 
 
 def test_undetermined_dim():
@@ -181,6 +203,48 @@ def test_compile_errors():
     g2.tensor("x", (3,)).output("y")
     with pytest.raises(BackendError, match="unknown backend 'tpu'"):
         g2.compile("tpu")
+
+
+COMPILE_OPTION_ERRORS = [
+    ({"buckets": {"s": 5}}, ["buckets['s']", "5", "(low, high)"]),
+    ({"buckets": [("a", "b")]}, ["buckets", "dict"]),
+    ({"buckets": {"s": [("a", "b")]}}, ["buckets['s']", "('a', 'b')", "ints"]),
+    ({"buckets": {"s": [(1, 2, 3)]}}, ["buckets['s']", "(1, 2, 3)"]),
+    ({"buckets": {"s": [(4, 1)]}}, ["buckets['s']", "low <= high"]),
+    ({"buckets": {"s": []}}, ["buckets['s']", "empty"]),
+    ({"buckets": {"t": [(1, 2)]}}, ["'t'", "does not use"]),
+    ({"search_budget": "lots"}, ["search_budget", "'lots'", "int"]),
+    ({"search_budget": 0}, ["search_budget", ">= 1"]),
+    ({"search_budget": 2.5}, ["search_budget"]),
+    ({"population": True}, ["population", "int"]),
+    ({"seed": "x"}, ["seed"]),
+    ({"search_time_s": "10"}, ["search_time_s", "seconds"]),
+    ({"search_time_s": float("nan")}, ["search_time_s"]),
+    ({"search_time_s": -1}, ["search_time_s"]),
+    ({"cache": "no"}, ["cache", "True or False"]),
+    ({"profile_dims": [("s", 3)]}, ["profile_dims", "dict"]),
+    ({"profile_dims": {"s": "big"}}, ["profile_dims['s']", "'big'"]),
+    ({"serach_budget": 3}, ["unknown compile option", "serach_budget"]),
+]
+
+
+@pytest.mark.parametrize(("options", "needles"), COMPILE_OPTION_ERRORS, ids=[repr(o) for o, _ in COMPILE_OPTION_ERRORS])
+def test_compile_option_errors(options, needles):
+    """Every compile option is checked up front: a CompileError naming it, never a TypeError from deep inside."""
+    g = lm.Graph()
+    (g.tensor("x", ("s", 4)) * 2).output("y")
+    with pytest.raises(lm.CompileError) as info:
+        g.compile("reference", **{"cache": False, **options})
+    msg = str(info.value)
+    missing = [n for n in needles if n not in msg]
+    assert not missing, f"{options}: message {msg!r} lacks {missing}"
+
+
+def test_none_options_mean_none():
+    g = lm.Graph()
+    (g.tensor("x", ("s", 4)) * 2).output("y")
+    m = g.compile("reference", buckets=None, profile_dims=None, cache=False, search_budget=np.int64(2))
+    assert m.run({"x": X})["y"].tolist() == [[2.0] * 4] * 2
 
 
 def test_error_hierarchy():

@@ -10,6 +10,15 @@ A backend is plain data plus three calls:
   phases     its schedule: named phases of luminal.egraph.rulesets terms
   load(llir)            -> an executor with `.run(feed, env) -> {output label: flat array}`
   profile(llir, env)    -> a cost (seconds or any monotone proxy); search keeps the lowest
+Optional, for a search that scales (luminal/egraph/costs.py):
+  measure(plans, env)   -> per one-op plan (Inputs -> op -> Output), its cost in profile's unit net
+                           of the fixed cost of timing a plan but including one launch, or a str
+                           saying why it cannot be built or run (the candidates holding it are
+                           skipped); all plans of a call are prepared together (one NVRTC program).
+                           A backend with `measure` has candidates priced as the sum of memoized op
+                           costs and only the best few timed whole by `profile`.
+  cost_cache            True: keep measured op costs in the on-disk compile cache (they cost
+                           device time); the reference backend's analytic costs are not stored
 The compiler (luminal/egraph/compile.py) does the rest; see docs/architecture.md.
 """
 

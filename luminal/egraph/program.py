@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from luminal.dtype import DType
 from luminal.egraph.registry import OpRegistry, encode_field
 from luminal.egraph.rulesets import CORE_RULESETS, Phase, check_rulesets
 from luminal.errors import CompileError
@@ -27,7 +28,7 @@ from luminal.shape.tracker import contiguous_strides
 
 HERE = Path(__file__).parent
 BASE_FILES = ("base.egg",)
-CORE_RULE_FILES = ("expr.egg", "interval.egg", "cleanup.egg")
+CORE_RULE_FILES = ("expr.egg", "interval.egg", "cleanup.egg", "state.egg")
 CHUNK = 2000  # commands per parse_program call
 
 
@@ -106,7 +107,7 @@ def serialize_graph(
             raise CompileError(f"op {type(op).__name__} is not registered with the egglog layer")
         spec = registry.spec(type(op).__name__)
         if isinstance(op, Constant) and op.value == 0.0 and math.copysign(1.0, op.value) < 0:
-            term = _negative_zero()  # no -0.0 in egglog: 0.0 * -1.0 is exactly -0.0 in IEEE
+            term = _negative_zero(op.dtype)  # no -0.0 in egglog: 0.0 * -1.0 is exactly -0.0 in IEEE
         else:
             args = []
             for (fname, sort), v in zip(spec.fields, op.fields(), strict=True):
@@ -127,16 +128,35 @@ def serialize_graph(
         cmds.append(f"(set (dtype {name}) ({node.dtype.egglog}))")
     for lst, strides in dict.fromkeys(row_major):
         cmds.append(f"(union (RowMajor {lst}) {strides})")
+    cmds += state_facts(graph, names)
     outs = [names[o] for o in graph.outputs.values()]
     root = outs[-1]
     for o in reversed(outs[:-1]):
         root = f"(OutputJoin {o} {root})"
     cmds.append(f"(let $root {root})")
+    body = "\n".join(cmds)
     for d, (lo, hi) in sorted((bounds or {}).items()):
         e = dim(d).to_egglog()
+        if e not in body:
+            continue  # a dim this graph never mentions (a rolled region): no fact, same text in every bucket
         cmds.append(f"(set (lower {e}) {int(lo)})")
         cmds.append(f"(set (upper {e}) {int(hi)})")
     return GraphProgram(tuple(cmds), names, len(names))
+
+
+def state_facts(graph: Graph, names: Mapping[int, str]) -> list[str]:
+    """`(InPlaceState $tN)` for every persistent input that exactly one live node reads, in one
+    input slot (luminal/egraph/state.egg): the fact the `buffer_reuse` rules need to update it in place."""
+    reads: dict[int, int] = {}
+    for i in names:
+        for s in graph.nodes[i].inputs:
+            reads[s] = reads.get(s, 0) + 1
+    out = []
+    for label in sorted(graph.persistent):
+        i = graph.inputs[label]
+        if i in names and reads.get(i, 0) == 1:
+            out.append(f"(InPlaceState {names[i]})")
+    return out
 
 
 def _term(name: str, sort_class: str, args: list[str], ins: list[str]) -> str:
@@ -149,9 +169,9 @@ def _term(name: str, sort_class: str, args: list[str], ins: list[str]) -> str:
     return f"(Op {kind} {lst})"
 
 
-def _negative_zero() -> str:
+def _negative_zero(dt: DType) -> str:
     one = f"(ECons {expr(1).to_egglog()} (ENil))"
     zero = f"(ECons {expr(0).to_egglog()} (ENil))"
-    zero_c = "(Op (Constant 0.0) (INil))"
-    neg1 = "(Op (Constant -1.0) (INil))"
+    zero_c = f"(Op (Constant 0.0 ({dt.egglog}) 0) (INil))"
+    neg1 = f"(Op (Constant -1.0 ({dt.egglog}) 0) (INil))"
     return f"(Op ({Mul.__name__} {one} {zero} {zero}) (ICons {zero_c} (ICons {neg1} (INil))))"

@@ -116,6 +116,13 @@ def main_cycle(lowering: Sequence[str], growth: Sequence[str] = ()) -> tuple[Pha
     return (Phase("main", body), Phase("cleanup", saturate(CLEANUP)))
 
 
+def with_buffer_reuse(phases: Sequence[Phase], ruleset: str) -> tuple[Phase, ...]:
+    """`phases` with a phase running the backend's `ruleset` of in-place rewrites (state updated in
+    its own buffer) to saturation just before the final cleanup, which drops the facts it reads."""
+    *body, last = phases
+    return (*body, Phase(ruleset, saturate(ruleset)), last)
+
+
 # -- validation --------------------------------------------------------------------------------------
 _RULESET_REF = re.compile(r":ruleset\s+([^\s()]+)")
 

@@ -40,7 +40,10 @@ def lift(t: GraphTensor, x, op: str) -> GraphTensor:
             raise DTypeError(f"{op}: float scalar {v} with a {t.dtype} tensor; cast the tensor to a float dtype first")
         if t.dtype == DType.bool and not isinstance(v, bool) and v not in (0, 1):
             raise DTypeError(f"{op}: scalar {v} with a bool tensor; cast the tensor first")
-        return t.graph.constant(v, t.dtype)
+        try:
+            return t.graph.constant(v, t.dtype)
+        except DTypeError as e:  # e.g. an int scalar outside the tensor's range (numpy: OverflowError)
+            raise DTypeError(f"{op}: {e}") from None
     raise DTypeError(f"{op}: cannot combine a tensor with {type(x).__name__} {x!r}")
 
 
@@ -82,7 +85,7 @@ def rmul(a, b):
 def neg(a: GraphTensor) -> GraphTensor:
     if a.dtype == DType.bool:
         raise DTypeError("neg of a bool tensor: use ~x for logical not")
-    return mul(a, -1)
+    return mul(a, -1 if a.dtype.is_signed else int(np.iinfo(a.dtype.np).max))  # unsigned: -x wraps
 
 
 def sub(a, b):
@@ -110,13 +113,78 @@ def _int_div(a: GraphTensor, b: GraphTensor) -> GraphTensor:
 
 
 def truediv(a, b):
+    """a / b: truncating for integers, correctly rounded (IEEE) for floats (docs/numerics.md)."""
     b = lift(a, b, "div")
     wa, wb = broadcast(a, b, "div")
     if wa.dtype == DType.bool:
         raise DTypeError("div of bool tensors: cast to a numeric dtype first")
     if not wa.dtype.is_float:
         return _int_div(wa, wb)
-    return mul(a, b.reciprocal())  # 1/b before b is broadcast: once per element of b
+    if wa.dtype != DType.f64:
+        # f64(a) * RN(1 / f64(b)) is within 2^-52 (relative) of a / b, while a quotient of two floats
+        # of p <= 24 bits is at least 2^-(2p+1) >= 2^-49 away from every midpoint of p-bit floats
+        # (or is one of them exactly): so the one rounding to a's dtype is RN(a / b).
+        return mul(a.cast(DType.f64), b.cast(DType.f64).reciprocal()).cast(a.dtype)  # 1/b before the broadcast
+    return _div_f64(wa, wb)
+
+
+# -- correctly rounded f64 division (Markstein correction, exact residuals from Dekker products) ----
+SPLIT = float(2**27 + 1)  # Veltkamp: x * SPLIT separates x's top 26 bits
+HI, LO = 2.0**480, 2.0**-500  # operands in [LO, HI]: no split, product or residual leaves the normal range
+
+
+def _split(x: GraphTensor) -> tuple[GraphTensor, GraphTensor]:
+    """x = hi + lo exactly, each with at most 26 significant bits (Veltkamp; |x| < 2^995)."""
+    c = x * SPLIT
+    hi = c - (c - x)
+    return hi, x - hi
+
+
+def _residual(a: GraphTensor, q: GraphTensor, b_split: tuple) -> GraphTensor:
+    """a - q * b exactly (q within an ulp or so of a / b): Dekker's product q * b = p + e (every
+    partial product of 26-bit halves is exact), a - p is exact by Sterbenz, and the residual is
+    representable, so the last subtraction is exact too."""
+    b, bh, bl = b_split
+    qh, ql = _split(q)
+    p = q * b
+    e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl
+    return (a - p) - e
+
+
+def _into_range(x: GraphTensor) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+    """(x 2^-k, 2^(k/2), 2^(-k/2)) with k in {-600, 0, 600} bringing a finite nonzero |x| into
+    [LO, HI] (exact: power-of-two scales of normal values). The masks select exactly one term."""
+    big, small = gt(x.abs(), HI).cast(DType.f64), lt(x.abs(), LO).cast(DType.f64)
+    mid = 1.0 - big - small
+    half = big * 2.0**300 + small * 2.0**-300 + mid
+    return x * (big * 2.0**-600 + small * 2.0**600 + mid), half, big * 2.0**-300 + small * 2.0**300 + mid
+
+
+def _div_f64(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    """RN(a / b) for f64 a, b of one shape.
+
+    Both operands are scaled by powers of two into [LO, HI]. There q0 = a y is within 2 ulps;
+    q1 = q0 + r0 y (r0 = a - q0 b exact) is within 0.5 ulp + 2^-50 ulp, so RN(a / b) is q1 or its
+    neighbour n toward a / b: the one with the smaller exact residual (a quotient of two floats is
+    never a midpoint). Scaling back is exact unless the quotient is subnormal (then it may round
+    twice). Zeros, infinities and NaN take q0 = a * RN(1 / b) (scaled), right for all of them.
+    Each Mul rounds on its own on every backend (CUDA: __dmul_rn, never contracted into an FMA)."""
+    from luminal.frontend.indexing import where
+
+    a, ha, _ = _into_range(a)
+    b, _, hb_inv = _into_range(b)
+    y = b.reciprocal()
+    q0 = q = a * y
+    bs = (b, *_split(b))
+    q = q + _residual(a, q, bs) * y
+    r1 = _residual(a, q, bs)
+    toward = ne(lt(r1, 0.0), lt(b, 0.0)).cast(DType.f64) * -2.0 + 1.0  # sign of a / b - q
+    n = q + q.abs() * (0.6 * 2.0**-52) * toward  # q -+ [0.6, 1.2) ulp rounds to the neighbour
+    better = lt(_residual(a, n, bs).abs(), r1.abs()).cast(DType.f64)
+    q = q + better * (n - q)  # n - q is one ulp, exactly
+    finite = lt(a.abs(), math.inf) & lt(b.abs(), math.inf) & gt(a.abs(), 0.0) & gt(b.abs(), 0.0)
+    h = ha * hb_inv  # a / b = (a 2^-ka) / (b 2^-kb) * h^2 with h = 2^((ka - kb) / 2), exact
+    return where(finite, q, q0) * h * h  # in two halves: h^2 may not be a float
 
 
 def rtruediv(a, b):
@@ -124,17 +192,22 @@ def rtruediv(a, b):
 
 
 def floordiv(a, b):
+    from luminal.frontend.indexing import where
+
+    nonzero_scalar = _is_scalar(b) and float(b) != 0.0
     b = lift(a, b, "floordiv")
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
-    # numpy's divmod: (a - fmod(a, b)) / b is an integer up to rounding, so round it to nearest,
-    # then step down when the remainder and the divisor have opposite signs.
+    # numpy's floor_divide: (a - fmod(a, b)) / b is an integer up to rounding, so round it to
+    # nearest, then step down when the remainder and the divisor have opposite signs; b == 0
+    # gives a / b (inf, -inf or NaN), as numpy does.
     r = mod(a, b)
-    q = (a - r) * b.reciprocal()
+    q = truediv(a - r, b)
     q = _trunc(q + where_sign(q, 0.5))
     step_down = ne(r, 0.0) & ne(lt(r, 0.0), lt(b, 0.0))
-    return q - step_down.cast(a.dtype)
+    q = q - step_down.cast(a.dtype)
+    return q if nonzero_scalar else where(eq(b, 0.0), truediv(a, b), q)
 
 
 def _trunc(x: GraphTensor) -> GraphTensor:
@@ -256,29 +329,88 @@ def clip(a, lo=None, hi=None):
 
 
 def pow(a, e):
-    """a ** e. Integer scalar exponents multiply (exact); others use exp2(e * log2|a|) with the
-    sign of a negative base restored for integer exponents (NaN otherwise, like numpy)."""
-    from luminal.frontend.indexing import where
+    """a ** e, numpy's semantics (docs/numerics.md, pow)."""
+    from luminal.frontend.unary import in_f32
 
-    if _is_scalar(e) and float(e).is_integer() and abs(float(e)) <= 16:
-        n = int(e)
-        if n == 0:  # 1 everywhere, NaN and inf included (numpy)
-            return a.graph.full(a.shape, 1, a.dtype)
-        base, acc = a, None
-        for bit in bin(abs(n))[2:]:
-            acc = acc * acc if acc is not None else None
-            if bit == "1":
-                acc = base if acc is None else acc * base
-        return acc if n > 0 else acc.reciprocal()
-    if _is_scalar(e) and float(e) == 0.5:
+    if a.dtype == DType.bool:
+        raise DTypeError("pow of a bool tensor: cast to a numeric dtype first")
+    if _is_scalar(e) and not isinstance(e, bool) and float(e).is_integer():
+        if not a.dtype.is_float and e < 0:
+            raise DTypeError(f"pow: integers to negative integer powers are not allowed ({a.dtype} ** {e})")
+        if not a.dtype.is_float or abs(float(e)) <= 16:
+            return in_f32(_pow_small, a, int(e))
+    if _is_scalar(e) and float(e) == 0.5 and a.dtype.is_float:
         return a.sqrt()
     if not a.dtype.is_float:
-        raise DTypeError(f"pow with a non-integer exponent on {a.dtype}: cast to a float dtype first")
+        if _is_scalar(e):
+            raise DTypeError(f"pow: {a.dtype} ** {e!r}: integer powers take integer exponents; cast to a float dtype")
+        e = lift(a, e, "pow")
+        a, e = broadcast(a, e, "pow")
+        return _pow_int(a, e)
     e = lift(a, e, "pow")
     a, e = broadcast(a, e, "pow")
+    if a.dtype == DType.f64:
+        return _pow_float(a, e)
+    # narrower floats in f64, rounded once: exp2(e log2|a|) is then within ~2^-45 of a ** e, and
+    # integer exponents < 64 are exact (binary powering) wherever a ** e fits 53 bits, so a result
+    # of a's dtype (10 ** 3 = 1000), or a tie between two of them, rounds like numpy's
+    return _pow_float(a.cast(DType.f64), e.cast(DType.f64)).cast(a.dtype)
+
+
+def _pow_small(a: GraphTensor, n: int) -> GraphTensor:
+    """a ** n for a Python int n by repeated squaring (exact where the result is; integers wrap).
+    Floats use it for |n| <= 16."""
+    if n == 0:  # 1 everywhere, NaN and inf included (numpy)
+        return a.graph.full(a.shape, 1, a.dtype)
+    acc = None
+    for bit in bin(abs(n))[2:]:
+        acc = acc * acc if acc is not None else None
+        if bit == "1":
+            acc = a if acc is None else acc * a
+    return acc if n > 0 else acc.reciprocal()
+
+
+POW_BITS = 6  # f64 integer exponents in [0, 64) are computed by binary powering
+
+
+def _pow_float(a: GraphTensor, e: GraphTensor) -> GraphTensor:
+    """exp2(e * log2|a|) with numpy's special cases, and binary powering for integer e in [0, 64)
+    and |a| in [2^-15, 2^15] (no intermediate over- or underflows): exact whenever the result is a
+    float of a's dtype (3.0 ** 6.0 = 729), like numpy's pow."""
+    from luminal.frontend.indexing import where
+
     mag = (e * a.abs().log2()).exp2()
     is_int = eq(mod(e, 1.0), 0.0)
     odd = ne(mod(e, 2.0), 0.0)
     signed = lt(a, 0.0) | lt(a.reciprocal(), 0.0)  # negative base, -0.0 included (1/-0 = -inf)
     out = where(signed & is_int & odd, neg(mag), where(lt(a, 0.0) & ~is_int, math.nan, mag))
+    acc, p = None, a
+    for k in range(POW_BITS):
+        bit = ~lt(mod(e, 2.0 ** (k + 1)), 2.0**k)  # bit k of e (e an integer >= 0)
+        bf = bit.cast(a.dtype)
+        f = bf * p + (1.0 - bf)  # exactly p or 1 (p is finite where the result is used)
+        acc = f if acc is None else acc * f
+        p = p * p
+    ok = is_int & ~lt(e, 0.0) & lt(e, 2.0**POW_BITS) & ~lt(a.abs(), 2.0**-15) & ~gt(a.abs(), 2.0**15)
+    out = where(ok, acc, out)
     return where(eq(e, 0.0) | eq(a, 1.0), 1.0, out)  # x ** 0 = 1 ** y = 1, NaNs included (numpy)
+
+
+def _pow_int(a: GraphTensor, e: GraphTensor) -> GraphTensor:
+    """Integer a ** e (e an integer tensor): binary powering over every bit of e, wrapping like
+    numpy. A negative e gives the truncated 1 / a ** |e| (numpy raises): 1 for a = 1, +-1 for
+    a = -1, 0 otherwise (0 ** -n included)."""
+    dt = a.dtype
+    acc, p = None, a
+    for k in range(dt.bits - (1 if dt.is_signed else 0)):
+        bit = ~lt(mod(e, 2 ** (k + 1)), 2**k) if k + 1 < dt.bits - (1 if dt.is_signed else 0) else ~lt(e, 2**k)
+        bf = bit.cast(dt)
+        f = bf * p + (1 - bf)  # p or 1
+        acc = f if acc is None else acc * f
+        p = p * p
+    one = eq(a, 1).cast(dt)
+    if dt.is_signed:
+        m1 = eq(a, -1).cast(dt) * (1 - ne(mod(e, 2), 0).cast(dt) * 2)  # (-1) ** e
+        negative = lt(e, 0).cast(dt)
+        acc = acc * (1 - negative) + (one + m1) * negative
+    return acc

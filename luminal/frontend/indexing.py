@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 
 
 def _index_tensor(idx: GraphTensor, op: str) -> GraphTensor:
+    """The user's index tensor, i32 or i64 (narrower ints widen to i32 losslessly)."""
     from luminal.tensor import GraphTensor
 
     if not isinstance(idx, GraphTensor):
         raise DTypeError(f"{op}: indices must be an integer tensor, got {type(idx).__name__} {idx!r}")
     if not idx.dtype.is_int:
         raise DTypeError(f"{op}: indices must be an integer tensor, got {idx.dtype}")
-    return idx if idx.dtype == DType.i32 else idx.cast(DType.i32)
+    return idx if idx.dtype in (DType.i32, DType.i64) else idx.cast(DType.i32)
 
 
 def _axis_len(t: GraphTensor, a: int):
@@ -44,6 +45,21 @@ def _axis_len(t: GraphTensor, a: int):
 def _from_end(idx: GraphTensor, n) -> GraphTensor:
     """numpy indexing: a negative index i counts from the end (i + n)."""
     return idx + (idx < 0).cast(DType.i32) * n
+
+
+def _checked_axis_index(idx: GraphTensor, n) -> tuple[GraphTensor, GraphTensor]:
+    """(i32 index in [0, n) or garbage, i32 mask 1 where the user's index was in [-n, n)).
+
+    The range test runs in the index's own dtype, so an i64 index beyond the i32 range is outside
+    (it never wraps to a valid one); the i32 cast of a tested-inside index is exact (n < 2^31)."""
+    nn = n if isinstance(n, int) else n.cast(idx.dtype)
+    inside = (~(idx < -nn) & (idx < nn)).cast(DType.i32)
+    return _from_end(idx.cast(DType.i32), n), inside
+
+
+def _checked_flat(flat: GraphTensor, inside: GraphTensor) -> GraphTensor:
+    """flat where inside, else -1: Gather's own bounds check (every backend) then raises for it."""
+    return flat * inside + (inside - 1)
 
 
 def gather_flat(data: GraphTensor, flat_idx: GraphTensor) -> GraphTensor:
@@ -62,7 +78,8 @@ def _offsets(dims: Sequence[Expression], strides: Sequence[Expression], skip: se
 
 
 def gather(t: GraphTensor, indices: GraphTensor, axis: int = 0) -> GraphTensor:
-    """np.take(t, indices, axis): indices in [-n, n) select along `axis` (negatives from the end)."""
+    """np.take(t, indices, axis): indices in [-n, n) select along `axis` (negatives from the end);
+    any other index raises when the graph runs (docs/numerics.md, Indexing)."""
     a = norm_axis(t, axis, op="gather")
     idx = _index_tensor(indices, "gather")
     out_dims = (*t.shape[:a], *idx.shape, *t.shape[a + 1 :])
@@ -76,16 +93,19 @@ def gather(t: GraphTensor, indices: GraphTensor, axis: int = 0) -> GraphTensor:
         v = v.expand_dim(0, 1)
     for _ in range(t.ndim - a - 1):
         v = v.expand_dim(v.ndim, 1)
-    full = _from_end(expand(idx.with_view(v), *out_dims), _axis_len(t, a))
-    return gather_flat(t, base + full * inner[a].value if inner[a].is_num else base + full * _dimt(t, inner[a]))
+    full, inside = _checked_axis_index(expand(idx.with_view(v), *out_dims), _axis_len(t, a))
+    step = inner[a].value if inner[a].is_num else _dimt(t, inner[a])
+    return gather_flat(t, _checked_flat(base + full * step, inside))
 
 
 def _dimt(t: GraphTensor, e: Expression) -> GraphTensor:
     return t.graph.iota(e, ())
 
 
-def take_along_axis(t: GraphTensor, indices: GraphTensor, axis: int = -1) -> GraphTensor:
-    """np.take_along_axis: indices has t's rank; other axes broadcast."""
+def take_along_axis(t: GraphTensor, indices: GraphTensor, axis: int = -1, *, checked: bool = True) -> GraphTensor:
+    """np.take_along_axis: indices has t's rank; other axes broadcast. An index outside [-n, n) of
+    the axis raises when the graph runs (docs/numerics.md, Indexing); `checked=False` is for
+    internal callers whose indices are in [0, n) by construction (topk)."""
     a = norm_axis(t, axis, op="take_along_axis")
     idx = _index_tensor(indices, "take_along_axis")
     if idx.ndim != t.ndim:
@@ -94,17 +114,20 @@ def take_along_axis(t: GraphTensor, indices: GraphTensor, axis: int = -1) -> Gra
     rest_i = tuple(d for k, d in enumerate(idx.shape) if k != a)
     shape = list(broadcast_shapes(rest_t, rest_i, op="take_along_axis"))
     out_dims = (*shape[:a], idx.shape[a], *shape[a:])
-    idx = _from_end(expand(idx, *out_dims), _axis_len(t, a))
     inner = flat_strides(t.shape)
     strides = [s if t.shape[k] != 1 else ZERO for k, s in enumerate(inner)]
     base = t.graph.iota(_offsets(out_dims, strides, {a}), out_dims)
     step = inner[a].value if inner[a].is_num else _dimt(t, inner[a])
-    return gather_flat(t, base + idx * step)
+    n = _axis_len(t, a)
+    if not checked:
+        return gather_flat(t, base + _from_end(expand(idx, *out_dims).cast(DType.i32), n) * step)
+    full, inside = _checked_axis_index(expand(idx, *out_dims), n)
+    return gather_flat(t, _checked_flat(base + full * step, inside))
 
 
 def scatter(t: GraphTensor, indices: GraphTensor, src: GraphTensor, axis: int = 0) -> GraphTensor:
     """Inverse of gather: a copy of t with t[.., indices[j], ..] = src[.., j, ..]; last write wins,
-    indices in [-n, 0) count from the end, those outside [-n, n) are dropped."""
+    indices in [-n, 0) count from the end, those outside [-n, n) are dropped (docs/numerics.md)."""
     a = norm_axis(t, axis, op="scatter")
     idx = _index_tensor(indices, "scatter")
     src = lift(t, src, "scatter")
@@ -118,12 +141,10 @@ def scatter(t: GraphTensor, indices: GraphTensor, src: GraphTensor, axis: int = 
         v = v.expand_dim(0, 1)
     for _ in range(t.ndim - a - 1):
         v = v.expand_dim(v.ndim, 1)
-    n = _axis_len(t, a)
-    full = _from_end(expand(idx.with_view(v), *out_dims), n)
+    full, inside = _checked_axis_index(expand(idx.with_view(v), *out_dims), _axis_len(t, a))
     step = inner[a].value if inner[a].is_num else _dimt(t, inner[a])
-    # out-of-range indices must stay out of range after flattening: send them past the end
-    oob = (full < 0) | ~(full < n)
-    inside = (~oob).cast(DType.i32)
+    # out-of-range indices (an i64 one beyond i32 included) must stay out of range after
+    # flattening: send them past the end, where Scatter drops them
     flat = (base + full * step) * inside + (1 - inside) * _dimt(t, t.view.n_elements())
     return scatter_flat(t, flat, expand(src, *out_dims))
 

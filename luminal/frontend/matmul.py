@@ -1,9 +1,13 @@
-"""Matmul as a broadcast Mul followed by a SumReduce over k (backends pattern-match it)."""
+"""Matmul as a broadcast Mul followed by a SumReduce over k (backends pattern-match it).
+
+bool @ bool is numpy's: the logical or over k of the ands (a MaxReduce of the bool products), a bool.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from luminal.dtype import DType
 from luminal.errors import DTypeError, ShapeError
 from luminal.frontend.movement import broadcast_shapes, expand, unsqueeze
 
@@ -34,7 +38,8 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
     a3 = expand(unsqueeze(a, -2), *batch, m, n, k)  # (..., m, n, k)
     b3 = expand(unsqueeze(b.transpose(-1, -2), -3), *batch, m, n, k)  # (..., m, n, k)
-    out = (a3 * b3).sum(-1)  # (..., m, n)
+    prod = a3 * b3  # (..., m, n, k); on bool this is and
+    out = prod.max(-1) if prod.dtype == DType.bool else prod.sum(-1)  # (..., m, n); bool: any over k
     if va:
         out = out.squeeze(-2)
     if vb:

@@ -150,6 +150,8 @@ def reshape(t: GraphTensor, *shape: ExprLike) -> GraphTensor:
         raise ShapeError(f"reshape{tuple(shape)}: only one -1 is allowed")
     if None in dims:
         known = prod(d for d in dims if d is not None)
+        if known == 0:  # numpy: ambiguous
+            raise ShapeError(f"reshape{tuple(shape)}: -1 is ambiguous next to a size-0 dim ({list(t.shape)})")
         dims[dims.index(None)] = total // known
     new = tuple(dims)  # type: ignore[arg-type]
     if prod(new) is not total:
@@ -259,10 +261,11 @@ def _slice_bounds(s: slice, d: Expression, axis: int, shape) -> tuple[Expression
     if d.is_num and concrete:
         start, stop, _ = s.indices(d.value)
         return expr(start), expr(len(range(start, stop, step))), step
-    if step > 0:
+    if step > 0:  # start and stop clamped to [0, d]; the length as max(stop - start, 0) keeps chains small
         start = ZERO if s.start is None else maximum(minimum(bound(s.start, ZERO), d), ZERO)
-        stop = d if s.stop is None else maximum(minimum(bound(s.stop, d), d), start)
-        return start, ceil_div(stop - start, step) if step > 1 else stop - start, step
+        stop = d if s.stop is None else maximum(minimum(bound(s.stop, d), d), ZERO)
+        n = maximum(stop - start, ZERO)
+        return start, ceil_div(n, step) if step > 1 else n, step
     if s.start is not None or s.stop is not None:
         raise ShapeError(f"negative-step slices of the symbolic axis {axis} ({d}) need start and stop left out")
     return d - 1, ceil_div(d, -step), step

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from luminal.dtype import DType
 from luminal.errors import DTypeError, ShapeError
 from luminal.frontend.binary import isnan
-from luminal.frontend.indexing import where
+from luminal.frontend.indexing import take_along_axis, where
 from luminal.frontend.movement import (
     axis_list,
     expand,
@@ -104,8 +104,10 @@ def _dim_scalar(t: GraphTensor, n: Expression) -> GraphTensor:
 
 
 def mean(t, axis: Axis = None, keepdim: bool = False):
+    """Sum / count, for 16/8-bit floats in f32 (neither the sum nor the count may overflow f16)."""
     _float(t, "mean")
-    return sum(t, axis, keepdim) / _dim_scalar(t, _count(t, axis))
+    x = _wide(t)
+    return (sum(x, axis, keepdim) / _dim_scalar(x, _count(x, axis))).cast(t.dtype)
 
 
 def _wide(t: GraphTensor) -> GraphTensor:
@@ -170,15 +172,19 @@ def _row_max(t: GraphTensor, axis: int) -> GraphTensor:
 
 
 def softmax(t, axis: int = -1):
+    """exp(x - max) / sum; 16/8-bit floats compute in f32 and round once (docs/numerics.md). The
+    division is by the row sum, a multiply by its reciprocal (one rounding more, documented)."""
     _float(t, "softmax")
-    e = (t - _row_max(t, axis)).exp()
-    return e / sum(e, axis, keepdim=True)
+    x = _wide(t)
+    e = (x - _row_max(x, axis)).exp()
+    return (e * sum(e, axis, keepdim=True).reciprocal()).cast(t.dtype)
 
 
 def log_softmax(t, axis: int = -1):
     _float(t, "log_softmax")
-    s = t - _row_max(t, axis)
-    return s - sum(s.exp(), axis, keepdim=True).log()
+    x = _wide(t)
+    s = x - _row_max(x, axis)
+    return (s - sum(s.exp(), axis, keepdim=True).log()).cast(t.dtype)
 
 
 def layer_norm(t, axis: Axis = -1, eps: float = 1e-5):
@@ -234,7 +240,7 @@ def topk(t, k: int, axis: int = -1):
     row_base = g.iota((z // n) * n, x.shape)
     order = scatter_flat(g.zeros(x.shape, DType.i32), row_base + rank, g.iota(z % n, x.shape))
     idx = order[..., :k]
-    vals = x.take_along_axis(idx, -1)
+    vals = take_along_axis(x, idx, -1, checked=False)  # ranks are in [0, n) by construction
     if a != t.ndim - 1:
         vals, idx = vals.transpose(a, -1), idx.transpose(a, -1)
     return vals, idx

@@ -29,14 +29,23 @@ def _unary(cls, t: GraphTensor, name: str) -> GraphTensor:
 
 
 def _float_op(fn):
-    """Composite float-only ops check the dtype under their own name (not that of a part)."""
+    """Composite float-only ops check the dtype under their own name (not that of a part), and run
+    in f32 for 16/8-bit floats, rounding once at the end (docs/numerics.md, Transcendentals): a
+    16-bit exp(x) = exp2(x log2 e) would round the product to 16 bits and lose ~1% at x = 10."""
 
     @functools.wraps(fn)
     def wrapped(t, *args, **kwargs):
         _need_float(t, fn.__name__)
-        return fn(t, *args, **kwargs)
+        return in_f32(fn, t, *args, **kwargs)
 
     return wrapped
+
+
+def in_f32(fn, t: GraphTensor, *args, **kwargs) -> GraphTensor:
+    """fn(t) computed in f32 and rounded once to t's dtype when t is a float narrower than f32."""
+    if t.dtype.is_float and t.dtype.bits < 32:
+        return fn(t.cast(DType.f32), *args, **kwargs).cast(t.dtype)
+    return fn(t, *args, **kwargs)
 
 
 def log2(t):
@@ -89,10 +98,22 @@ def abs(t):
     return t * (1 - (t < 0).cast(t.dtype) * 2)
 
 
+def _sign(t):
+    """-1, 0 or 1 (0 for NaN): for compositions whose result is NaN anyway when t is."""
+    return (t > 0).cast(t.dtype) - (t < 0).cast(t.dtype)
+
+
 def sign(t):
+    """numpy's sign: -1, 0 or 1, NaN for NaN."""
     if t.dtype == DType.bool:
         return t
-    return (t > 0).cast(t.dtype) - (t < 0).cast(t.dtype)
+    s = _sign(t)
+    if not t.dtype.is_float:
+        return s
+    from luminal.frontend.binary import isnan
+    from luminal.frontend.indexing import where
+
+    return where(isnan(t), t, s)
 
 
 def relu(t):
@@ -128,7 +149,7 @@ def gelu(t):
     k = reciprocal(ax * 0.3275911 + 1)
     poly = ((((k * 1.061405429 - 1.453152027) * k + 1.421413741) * k - 0.284496736) * k + 0.254829592) * k
     erf_abs = 1 - poly * exp(-(ax * ax))
-    erf = erf_abs * sign(x)
+    erf = erf_abs * _sign(x)  # x NaN: erf_abs is NaN already
     return t * (erf + 1) * 0.5
 
 

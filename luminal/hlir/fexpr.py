@@ -103,6 +103,17 @@ def ops(roots: tuple[FExpr, ...]) -> Iterator[FNode]:
     return (e for e in topo(roots) if isinstance(e, FNode))
 
 
+def substitute(roots: tuple[FExpr, ...], fn: Callable[[FExpr], FExpr | None]) -> tuple[FExpr, ...]:
+    """`roots` with every node e for which fn(e) is not None replaced by fn(e) (arguments first)."""
+    memo: dict[int, FExpr] = {}
+    for e in topo(roots):
+        r = fn(e)
+        if r is None:
+            r = e if isinstance(e, FLeaf) else FNode(e.op, tuple(memo[id(a)] for a in e.args))
+        memo[id(e)] = r
+    return tuple(memo[id(r)] for r in roots)
+
+
 def n_leaves(roots: tuple[FExpr, ...]) -> int:
     return 1 + max((e.index for e in topo(roots) if isinstance(e, FLeaf)), default=-1)
 

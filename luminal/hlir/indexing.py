@@ -38,7 +38,10 @@ class Gather(Op):
         data = view(ins[1], self.data_shape, self.data_strides, env).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= data.size):
             bad = idx[(idx < 0) | (idx >= data.size)][0]
-            raise BackendError(f"Gather: index {bad} out of range for data of {data.size} elements")
+            raise BackendError(
+                f"Gather: index {bad} out of range for data of {data.size} elements (the checked frontend ops "
+                "gather / take_along_axis / Embedding send an index outside [-n, n) of its axis to -1)"
+            )
         return data[idx]
 
 

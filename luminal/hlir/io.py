@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from luminal.dtype import DType
+from luminal.errors import DTypeError
 from luminal.hlir.op import EList, Op, view
 from luminal.shape.expr import ONE, Expression, prod
 
@@ -38,18 +39,52 @@ class Output(Op):
 
 @dataclass(frozen=True)
 class Constant(Op):
-    """A one-element f32 buffer."""
+    """A one-element buffer of `dtype` holding a value exact in that dtype (docs/numerics.md).
+
+    Float dtypes: `value` (an f64, which holds every f16/bf16/f32/fp8 value exactly) is the value,
+    already rounded to the dtype; `exact` is 0. Integer and bool dtypes: `exact` is the integer
+    (egglog i64: exact beyond 2^53) and `value` its nearest f64, for reading and for rules that
+    match values. Build constants with `Constant.of`, which rounds and range-checks."""
 
     value: float
+    dtype: DType
+    exact: int = 0
+
+    @classmethod
+    def of(cls, value: object, dtype: DType) -> Constant:
+        """The constant `value` in `dtype`: floats round to nearest even (beyond the range: ±inf, like
+        numpy); integers must be whole and in the dtype's range, else DTypeError (numpy raises
+        OverflowError); bool takes 0/1."""
+        if isinstance(value, np.generic):
+            value = value.item()
+        if not isinstance(value, (int, float)):
+            raise DTypeError(f"constant: {value!r} ({type(value).__name__}) is not a number: give an int/float/bool")
+        if dtype.is_float:
+            try:
+                wide = float(value)
+            except OverflowError:
+                raise DTypeError(f"constant {value} is beyond the range of every float dtype") from None
+            with np.errstate(all="ignore"):
+                return cls(float(cast_array(np.array([wide]), DType.f64, dtype)[0]), dtype)
+        if isinstance(value, float) and not value.is_integer():
+            raise DTypeError(f"constant {value!r} is not a whole number but the dtype is {dtype}")
+        n = int(value)
+        lo, hi = (0, 1) if dtype == DType.bool else (int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max))
+        if not lo <= n <= hi:
+            raise DTypeError(f"constant {value!r} does not fit {dtype} [{lo}, {hi}]; cast the tensor to a wider dtype")
+        return cls(float(n), dtype, n)
 
     def out_dtype(self, in_dtypes):
-        return DType.f32
+        return self.dtype
 
     def out_size(self) -> Expression:
         return ONE
 
     def reference(self, ins, in_dtypes, env):
-        return np.array([self.value], np.float32)
+        if self.dtype.is_float:
+            with np.errstate(all="ignore"):
+                return cast_array(np.array([self.value]), DType.f64, self.dtype)
+        return np.array([self.exact], self.dtype.np)
 
 
 @dataclass(frozen=True)

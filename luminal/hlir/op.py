@@ -67,6 +67,16 @@ class Op:
         """Number of elements of the op's (contiguous) output buffer."""
         raise NotImplementedError
 
+    # Aliasing contract (docs/architecture.md, "Aliasing"): an op whose output lives inside one of
+    # its inputs' buffers returns (input position, byte offset) here. Runtimes then give the node no
+    # buffer of its own: its bytes are the input's bytes from that offset on, and the input's buffer
+    # lives as long as the alias does. `inplace` ops also write those bytes (an in-place update);
+    # the others only read them (a zero-copy view).
+    inplace: ClassVar[bool] = False
+
+    def alias(self) -> tuple[int, Expression] | None:
+        return None
+
     def reference(self, ins: list[np.ndarray], in_dtypes: tuple[DType, ...], env: Env) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} has no reference semantics")
 

@@ -17,9 +17,12 @@ CHUNK_SAMPLES = 30 * SAMPLE_RATE  # Whisper always sees 30 s windows (3000 frame
 
 def read_wav(path: str | Path) -> np.ndarray:
     """Mono float32 samples in [-1, 1] of a 16 kHz PCM WAV file (channels are averaged)."""
-    with wave.open(str(path), "rb") as w:
-        rate, width, channels, n = w.getframerate(), w.getsampwidth(), w.getnchannels(), w.getnframes()
-        raw = w.readframes(n)
+    try:
+        with wave.open(str(path), "rb") as w:
+            rate, width, channels, n = w.getframerate(), w.getsampwidth(), w.getnchannels(), w.getnframes()
+            raw = w.readframes(n)
+    except (OSError, EOFError, wave.Error) as e:
+        raise InputError(f"{path}: cannot read as a PCM WAV file ({type(e).__name__}: {e})") from None
     if rate != SAMPLE_RATE:
         raise InputError(f"{path}: sample rate {rate} Hz; Whisper needs {SAMPLE_RATE} Hz audio (resample it first)")
     if width == 2:

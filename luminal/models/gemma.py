@@ -75,15 +75,15 @@ TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size":
 
 
 class Block:
-    def __init__(self, g: lm.Graph, cfg: Config, i: int, capacity: int):
+    def __init__(self, g: lm.Graph, cfg: Config, i: int, capacity: int, dtype: lm.DType):
         p, eps = f"model.layers.{i}", cfg.norm_eps
         self.sliding = cfg.sliding[i]
-        cache = nn.KVCache(f"cache.{i}", cfg.n_kv_heads, capacity, cfg.head_dim)
+        cache = nn.KVCache(f"cache.{i}", cfg.n_kv_heads, capacity, cfg.head_dim, dtype)
         self.attn = nn.Attention(g, f"{p}.self_attn", cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cache,
                                  qk_norm=eps, qk_norm_offset=True, scale=cfg.query_pre_attn_scalar**-0.5,
-                                 window=cfg.sliding_window if self.sliding else None)  # fmt: skip
-        self.mlp = nn.GatedMLP(g, f"{p}.mlp", cfg.dim, cfg.hidden, cfg.act)
-        norm = lambda n: nn.RMSNorm(g, f"{p}.{n}", cfg.dim, eps, offset=True)  # noqa: E731
+                                 window=cfg.sliding_window if self.sliding else None, dtype=dtype)  # fmt: skip
+        self.mlp = nn.GatedMLP(g, f"{p}.mlp", cfg.dim, cfg.hidden, cfg.act, dtype=dtype)
+        norm = lambda n: nn.RMSNorm(g, f"{p}.{n}", cfg.dim, eps, offset=True, dtype=dtype)  # noqa: E731
         self.input_norm, self.post_attn_norm = norm("input_layernorm"), norm("post_attention_layernorm")
         self.pre_mlp_norm, self.post_mlp_norm = norm("pre_feedforward_layernorm"), norm("post_feedforward_layernorm")
 
@@ -93,23 +93,24 @@ class Block:
 
 
 class Transformer:
-    """Token ids (s,) at past length p -> logits (r, vocab) for the positions in `rows`."""
+    """Token ids (s,) at past length p -> f32 logits (r, vocab) for the positions in `rows`; weights,
+    activations and the KV cache in `dtype` (norms, rotary, GeGLU, softmax and soft-cap in f32)."""
 
-    def __init__(self, cfg: Config, capacity: int):
-        self.cfg, self.capacity = cfg, capacity
+    def __init__(self, cfg: Config, capacity: int, dtype: object = lm.f32):
+        self.cfg, self.capacity, self.dtype = cfg, capacity, lm.dtype.to_dtype(dtype)
         g = self.graph = lm.Graph()
         s, p = dim("s"), dim("p")
         tokens, rows = g.tensor("tokens", ("s",), lm.i32), g.tensor("rows", ("r",), lm.i32)
-        embed = nn.Embedding(g, "model.embed_tokens", cfg.vocab_size, cfg.dim)
+        embed = nn.Embedding(g, "model.embed_tokens", cfg.vocab_size, cfg.dim, self.dtype)
         ropes = {
             False: nn.RoPE(g, "rope_global", cfg.head_dim, p, s),
             True: nn.RoPE(g, "rope_local", cfg.head_dim, p, s),
         }
-        x = embed(tokens) * float(math.sqrt(cfg.dim))  # (s, dim)
+        x = embed(tokens) * float(math.sqrt(cfg.dim))  # (s, dim); the scale rounds to dtype, as in HF
         for i in range(cfg.n_layers):
-            x = Block(g, cfg, i, capacity)(x, ropes, p)
-        x = nn.RMSNorm(g, "model.norm", cfg.dim, cfg.norm_eps, offset=True)(x.gather(rows, axis=0))  # (r, dim)
-        logits = embed.attend(x)  # (r, vocab), tied
+            x = Block(g, cfg, i, capacity, self.dtype)(x, ropes, p)
+        final_norm = nn.RMSNorm(g, "model.norm", cfg.dim, cfg.norm_eps, offset=True, dtype=self.dtype)
+        logits = embed.attend(final_norm(x.gather(rows, axis=0))).cast(lm.f32)  # (r, vocab), tied
         if cfg.final_softcap is not None:
             logits = (logits * (1.0 / cfg.final_softcap)).tanh() * cfg.final_softcap
         logits.output("logits")
@@ -136,12 +137,13 @@ def _text_tower(name: str) -> list[str]:
     return [name, f"model.language_model.{rest}", f"language_model.model.{rest}"]
 
 
-def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
-    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer, _text_tower)
+def load(model_dir, backend: str = "auto", max_seq: int = 512, dtype: object = "auto") -> CausalLM:
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer, _text_tower, dtype)
 
 
-def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer)
+def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0,
+                dtype: object = "auto") -> CausalLM:  # fmt: skip
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer, dtype)
 
 
 def main(argv: list[str] | None = None) -> None:

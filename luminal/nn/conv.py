@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import luminal as lm
+from luminal.errors import ShapeError
 from luminal.graph import Graph
+from luminal.nn.check import block_name, expect
 from luminal.nn.linear import weight
 from luminal.shape.expr import z
 from luminal.tensor import GraphTensor
@@ -13,13 +16,21 @@ class Conv1d:
     Input (c_in, T); output (T_out, c_out), T_out = (T + 2*padding - kernel) // stride + 1."""
 
     def __init__(self, g: Graph, name: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
-                 padding: int = 0, bias: bool = True):  # fmt: skip
+                 padding: int = 0, bias: bool = True, dtype: object = lm.f32):  # fmt: skip
+        for what, v, lo in (("c_in", c_in, 1), ("c_out", c_out, 1), ("kernel", kernel, 1), ("stride", stride, 1),
+                            ("padding", padding, 0)):  # fmt: skip
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ShapeError(f"Conv1d {name!r}: {what}={v!r} must be an int >= {lo}")
         self.c_in, self.c_out, self.kernel, self.stride, self.padding = c_in, c_out, kernel, stride, padding
-        self.weight = weight(g, f"{name}.weight", (c_out, c_in, kernel))
-        self.bias = weight(g, f"{name}.bias", (c_out,)) if bias else None
+        self.weight = weight(g, f"{name}.weight", (c_out, c_in, kernel), dtype)
+        self.bias = weight(g, f"{name}.bias", (c_out,), dtype) if bias else None
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
         c, k, st = self.c_in, self.kernel, self.stride
+        block = block_name("Conv1d", self.weight)
+        expect(x, block, f"an unbatched (c_in={c}, T) input, channels first (one call per batch item)", 2, {0: c})
+        if (x.shape[1] + 2 * self.padding).is_num and (x.shape[1] + 2 * self.padding).value < k:
+            raise ShapeError(f"{block}: input length {x.shape[1]} + 2 * padding {self.padding} is below the kernel {k}")
         if self.padding:
             x = x.pad(((0, 0), (self.padding, self.padding)))
         t_in = x.shape[1]

@@ -13,6 +13,7 @@ import numpy as np
 import luminal as lm
 from luminal.errors import LuminalError
 from luminal.graph import Graph
+from luminal.nn.check import expect
 from luminal.shape.expr import Expression, z
 from luminal.tensor import GraphTensor
 
@@ -67,7 +68,11 @@ def inv_freq(rc: RopeConfig, head_dim: int) -> np.ndarray:
 
 
 class RoPE:
-    """cos/sin tables for positions p .. p+s-1 built once per graph; `__call__` rotates (s, heads, hd)."""
+    """cos/sin tables for positions p .. p+s-1 built once per graph; `__call__` rotates (s, heads, hd).
+
+    Angles, cos/sin and the rotation run in f32 and the result is rounded once to the input's dtype
+    (transformers rounds cos/sin to a 16-bit model's dtype and rotates in that dtype: within the
+    16-bit tolerances of docs/numerics.md, and more accurate)."""
 
     def __init__(self, g: Graph, name: str, head_dim: int, past: Expression, new: Expression):
         self.head_dim = head_dim
@@ -77,6 +82,9 @@ class RoPE:
         self.cos, self.sin = freqs.cos().unsqueeze(1), freqs.sin().unsqueeze(1)  # (s, 1, hd/2)
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
-        h = self.head_dim // 2
+        s, hd = self.cos.shape[0], self.head_dim
+        expect(x, "RoPE", f"(s={s}, heads, head_dim={hd}) rows of the positions it was built for", 3, {0: s, 2: hd})
+        h, dt = self.head_dim // 2, x.dtype
+        x = x.cast(lm.f32)
         x1, x2 = x[..., :h], x[..., h:]  # (s, heads, hd/2)
-        return lm.concat([x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin], axis=-1)
+        return lm.concat([x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin], axis=-1).cast(dt)

@@ -8,6 +8,13 @@ expression: variables (dims and `z`) are non-negative integers. Rules that need 
 operand (div/mod of a sum) check it syntactically (`nonneg`).
 
 Integer semantics are C's: `//` and `%` truncate toward zero.
+
+A zero divisor. Index expressions divide by dims and products of dims (row-major strides, merged
+axes); such a divisor is 0 only when the view it indexes is empty, and then no index is ever
+evaluated. So the value of `a // 0`, `a % 0` and `ceil_div(a, 0)` is left undefined (folds may
+assume a divisor is not zero), and a literal zero divisor folds to 0 instead of raising: size-0
+dims work in every op. Ops that divide by a user's number (slice steps, reshape's -1, strides of
+a convolution) check it for zero themselves.
 """
 
 from __future__ import annotations
@@ -219,7 +226,9 @@ z = Expression("var", (Z,))
 
 
 def nonneg(e: Expression) -> bool:
-    """Syntactic proof that `e` >= 0 for every non-negative assignment of its variables."""
+    """Syntactic proof that `e` and every sub-term of it are >= 0 for every non-negative assignment
+    of its variables. The div/mod folds need each term of a sum non-negative, which the interval
+    `bounds(e)[0] >= 0` of the whole sum does not give (2x - min(s, 1) >= 1, yet (2x - 1) // 2 != x)."""
     if e.op == "num":
         return e.args[0] >= 0
     if e.op == "var":
@@ -308,7 +317,8 @@ def add(a: ExprLike, b: ExprLike) -> Expression:
         tb, cb = _linear(b)
         for x, v in tb.items():
             ta[x] = ta.get(x, 0) + v
-        r = _MEMO[k] = _from_linear(ta, ca + cb)
+        r = lift_minmax(ta, ca + cb) if any(t.op in ("min", "max") and v for t, v in ta.items()) else None
+        r = _MEMO[k] = r if r is not None else _from_linear(ta, ca + cb)
     return r
 
 
@@ -388,8 +398,8 @@ def div(a: ExprLike, b: ExprLike) -> Expression:
             return q
     if b.op == "num":
         n = b.args[0]
-        if n == 0:
-            raise ShapeError(f"division by zero in expression ({a}) // 0")
+        if n == 0:  # undefined: only in index expressions of an empty view (module docstring)
+            return ZERO
         if a.op == "num":
             return num(_tdiv(a.args[0], n))
         if n == 1:
@@ -426,8 +436,8 @@ def mod(a: ExprLike, b: ExprLike) -> Expression:
     a, b = expr(a), expr(b)
     if b.op == "num":
         n = b.args[0]
-        if n == 0:
-            raise ShapeError(f"modulo by zero in expression ({a}) % 0")
+        if n == 0:  # undefined: only in index expressions of an empty view (module docstring)
+            return ZERO
         if a.op == "num":
             return num(_tmod(a.args[0], n))
         if abs(n) == 1:
@@ -449,9 +459,9 @@ def mod(a: ExprLike, b: ExprLike) -> Expression:
 
 def ceil_div(a: ExprLike, b: ExprLike) -> Expression:
     a, b = expr(a), expr(b)
+    if b is ZERO:  # undefined: only in index expressions of an empty view (module docstring)
+        return ZERO
     if a.op == "num" and b.op == "num":
-        if b.args[0] == 0:
-            raise ShapeError(f"division by zero in expression ceil_div({a}, 0)")
         return num(_cdiv(a.args[0], b.args[0]))
     if b is ONE:
         return a
@@ -461,31 +471,24 @@ def ceil_div(a: ExprLike, b: ExprLike) -> Expression:
 
 
 def minimum(a: ExprLike, b: ExprLike) -> Expression:
-    a, b = expr(a), expr(b)
-    if a.op == "num" and b.op == "num":
-        return num(min(a.args[0], b.args[0]))
-    if a is b or b == INF:
-        return a
-    if a == INF:
-        return b
-    if a.key > b.key:
-        a, b = b, a
-    return Expression("min", (a, b))
+    return _minmax("min", a, b)
 
 
 def maximum(a: ExprLike, b: ExprLike) -> Expression:
+    return _minmax("max", a, b)
+
+
+def _minmax(op: str, a: ExprLike, b: ExprLike) -> Expression:
     a, b = expr(a), expr(b)
     if a.op == "num" and b.op == "num":
-        return num(max(a.args[0], b.args[0]))
+        return num((max if op == "max" else min)(a.args[0], b.args[0]))
     if a is b:
         return a
-    if (b is ZERO and nonneg(a)) or a == INF:
-        return a
-    if (a is ZERO and nonneg(b)) or b == INF:
-        return b
-    if a.key > b.key:
-        a, b = b, a
-    return Expression("max", (a, b))
+    k = (op, a, b)
+    r = _MEMO.get(k)
+    if r is None:
+        r = _MEMO[k] = fold_minmax(op, a, b)  # normal form: flattened, merged, pruned (bounds.py)
+    return r
 
 
 def lt(a: ExprLike, b: ExprLike) -> Expression:
@@ -571,5 +574,7 @@ def prod(xs) -> Expression:
     return r
 
 
-# Evaluation and printing live in render.py; imported last because render.py builds on the above.
+# Bounds and the min/max normal form live in bounds.py, evaluation and printing in render.py;
+# imported last because both build on the above.
+from luminal.shape.bounds import bounds, fold_minmax, lift_minmax  # noqa: E402, F401 (bounds: public here)
 from luminal.shape.render import _c, _egg, _eval, _show, from_egglog  # noqa: E402, F401 (from_egglog: public here)

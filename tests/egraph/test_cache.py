@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 
 import numpy as np
+import pytest
 
 import luminal as lm
 from tests.egraph.test_equivalence import causal_attention
@@ -100,3 +102,104 @@ def test_prune_keeps_the_newest_entries(tmp_path):
     assert cache.prune(3) == 2
     left = sorted(p.name[:2] for p in tmp_path.glob("*/*"))
     assert left == ["02", "03", "04"]
+
+
+def test_cache_root_that_is_a_file_compiles_without_cache(tmp_path, monkeypatch, caplog):
+    """LUMINAL_CACHE naming a regular file: compile works uncached, the problem is logged once."""
+    not_a_dir = tmp_path / "cache-file"
+    not_a_dir.write_text("precious")
+    monkeypatch.setenv("LUMINAL_CACHE", str(not_a_dir))
+    with caplog.at_level(logging.WARNING, logger="luminal"):
+        first, second = _compile(), _compile()
+    assert first.stats["cache_hit"] is False and second.stats["cache_hit"] is False
+    assert first.plans[0].fingerprint() == second.plans[0].fingerprint()
+    warnings = [r for r in caplog.records if "not a usable directory" in r.getMessage()]
+    assert len(warnings) == 1 and str(not_a_dir) in warnings[0].getMessage()
+    assert not_a_dir.read_text() == "precious"
+    monkeypatch.setenv("LUMINAL_CACHE", str(not_a_dir / "below"))  # a file as a parent: the same
+    assert _compile().stats["cache_hit"] is False
+
+
+def _rewrite(root, name: str, edit) -> None:
+    """Replace the body of the cache file `name` by edit(body), with a correct checksum and key."""
+    from luminal.egraph.cache import CompileCache
+
+    (p,) = [p for p in _entry_files(root) if p.name.startswith(name)]
+    raw = p.read_bytes()
+    text = gzip.decompress(raw).decode() if p.suffix == ".gz" else raw.decode()
+    head, _, body = text.partition("\n")
+    key = json.loads(head)["key"]
+    CompileCache(root)._store(key, p.name, edit(json.loads(body)), compressed=p.suffix == ".gz")
+
+
+MALFORMED_PLANS = {
+    "llir not an object": lambda b: b | {"llir": 5},
+    "no llir": lambda b: {k: v for k, v in b.items() if k != "llir"},
+    "no fingerprint": lambda b: {k: v for k, v in b.items() if k != "fingerprint"},
+    "meta a list": lambda b: b | {"meta": [1, 2]},
+    "meta count a string": lambda b: b | {"meta": b["meta"] | {"egraph_nodes": "many"}},
+    "meta cost a string": lambda b: b | {"meta": b["meta"] | {"cost": "cheap"}},
+    "nodes of wrong type": lambda b: b | {"llir": b["llir"] | {"nodes": "none"}},
+    "body a list": lambda b: [b],
+}
+MALFORMED_EGRAPHS = {
+    "no nodes": lambda b: {k: v for k, v in b.items() if k != "nodes"},
+    "nodes a list": lambda b: b | {"nodes": list(b["nodes"])},
+    "op not a string": lambda b: b | {"nodes": {k: v | {"op": 3} for k, v in b["nodes"].items()}},
+    "dangling child": lambda b: b | {"nodes": {k: v | {"children": ["nowhere"]} for k, v in b["nodes"].items()}},
+    "children a string": lambda b: b | {"nodes": {k: v | {"children": "x"} for k, v in b["nodes"].items()}},
+    "no eclass": lambda b: b | {"nodes": {k: {"op": v["op"], "children": []} for k, v in b["nodes"].items()}},
+    "class_data values": lambda b: b | {"class_data": {"a": 1}},
+    "roots not strings": lambda b: b | {"root_eclasses": [1]},
+}
+
+
+@pytest.mark.parametrize("what", sorted(MALFORMED_PLANS))
+def test_well_checksummed_malformed_plan_is_a_miss(what, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    cold = _compile()
+    _rewrite(tmp_path, "plan-", MALFORMED_PLANS[what])
+    with caplog.at_level(logging.WARNING, logger="luminal"):
+        again = _compile()
+    assert again.stats["buckets"][0]["cache"] == "egraph"  # the plan was rebuilt from the stored e-graph
+    assert again.plans[0].fingerprint() == cold.plans[0].fingerprint()
+    assert "ignoring unusable plan" in caplog.text
+    assert _compile().stats["buckets"][0]["cache"] == "plan"  # and stored again, usable
+
+
+@pytest.mark.parametrize("what", sorted(MALFORMED_EGRAPHS))
+def test_well_checksummed_malformed_egraph_is_a_miss(what, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    cold = _compile()
+    _rewrite(tmp_path, "egraph", MALFORMED_EGRAPHS[what])
+    for p in _entry_files(tmp_path):
+        if p.name.startswith("plan-"):
+            p.unlink()  # force the e-graph to be read
+    with caplog.at_level(logging.WARNING, logger="luminal"):
+        again = _compile()
+    assert again.stats["cache_hit"] is False and again.stats["phases"]  # saturated again
+    assert again.plans[0].fingerprint() == cold.plans[0].fingerprint()
+    assert "malformed e-graph" in caplog.text
+
+
+def test_prune_survives_entries_vanishing(tmp_path, monkeypatch):
+    """A concurrent prune may delete entries while this one lists them: never an exception."""
+    from luminal.egraph import cache as cache_mod
+
+    cache = cache_mod.CompileCache(tmp_path)
+    plan = _compile(cache=False).plans[0]
+    for i in range(4):
+        cache.store_plan(f"{i:02d}" + "0" * 62, "s", plan, {})
+    real_stat = type(tmp_path).stat
+
+    def vanished(self, *a, **k):  # entry 01.. is deleted by another process between listing and stat
+        if self.name.startswith("01") and len(self.name) == 64 and not k and not a:
+            raise FileNotFoundError(str(self))
+        return real_stat(self, *a, **k)
+
+    monkeypatch.setattr(type(tmp_path), "stat", vanished)
+    assert cache.prune(1) >= 1
+    monkeypatch.undo()
+    file_root = tmp_path / "f"
+    file_root.write_text("x")
+    assert cache_mod.CompileCache(file_root).prune(0) == 0 and file_root.read_text() == "x"

@@ -33,7 +33,7 @@ def _sqrt_graph():
 
 
 # x = x * 1.0 (true in f32): the Input's class gains a node that reads the class itself
-CYCLE = ("(let $one (Op (Constant 1.0) (INil)))",
+CYCLE = ("(let $one (Op (Constant 1.0 (F32) 0) (INil)))",
          "(union $t0 (Op (Mul $e0 $e1 (ECons (MNum 0) (ENil))) (ICons $t0 (ICons $one (INil)))))")  # fmt: skip
 
 

@@ -327,3 +327,183 @@ def test_other_dtypes(dtype, data):
     lo, hi = (-50.0, 50.0) if info is None else (max(info.min, -300), min(info.max, 300))
     check_op(data, "other_dtypes", build, ref, {"a": Arg(A, lo=lo, hi=hi), "b": Arg(B, lo=lo, hi=hi)}, dtype,
              prep=_prep_nonzero)  # fmt: skip
+
+
+def _prep_zero_divisors(arrays, env):
+    """About a third of every operand exactly 0 or -0.0 (each appears as a divisor somewhere)."""
+    rng = np.random.default_rng(int(arrays["a"].size * 7 + arrays["b"].size))
+    out = {}
+    for k, v in arrays.items():
+        pick = rng.random(v.shape)
+        out[k] = np.where(pick < 0.2, 0.0, np.where(pick < 0.35, -0.0, v)).astype(v.dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f16, lm.bf16, lm.f64), ids=str)
+@given(data=st.data())
+def test_floordiv_by_zero(dtype, data):
+    """Float // by (signed) zero is numpy's floor_divide: inf, -inf or NaN (a / b), never a NaN for all."""
+    args = {"a": Arg(A, lo=-20, hi=20), "b": Arg(B, lo=-6, hi=6)}
+    check_op(data, "floordiv0", _div_variants(lambda x, y: x // y), _div_ref(np.floor_divide, dtype), args, dtype,
+             prep=_prep_zero_divisors)  # fmt: skip
+
+
+F64_SCALARS = (1e300, 1e-50, 0.1, -1 / 3, 2.0**-1074, 1.7976931348623157e308)
+I64_SCALARS = (2**50 + 2**26 + 1, 2**62 + 3, -(2**63) + 5, 2**53 + 1, -(2**31) - 7)
+
+
+@given(data=st.data())
+def test_scalar_constants_exact_f64_i64(data):
+    """Python scalars reach the graph exact in the tensor's dtype: f64 never passes through f32
+    (x * 1e300 is not NaN, x * 1e-50 is not 0) and i64 is exact beyond 2^53."""
+
+    def build(g, x, i):
+        out = {f"f{k}": x * c for k, c in enumerate(F64_SCALARS)}
+        out.update({f"i{k}": i + c for k, c in enumerate(I64_SCALARS)})
+        out["isub"] = i - I64_SCALARS[0]
+        return out
+
+    def ref(x, i):
+        out = {f"f{k}": x * c for k, c in enumerate(F64_SCALARS)}
+        out.update({f"i{k}": i + np.int64(c) for k, c in enumerate(I64_SCALARS)})  # wraps like luminal
+        out["isub"] = i - np.int64(I64_SCALARS[0])
+        return out
+
+    args = {"x": Arg(("n",), dtype=lm.f64, lo=-2, hi=2), "i": Arg(("n",), dtype=lm.i64, lo=-1000, hi=1000)}
+    with np.errstate(over="ignore"):
+        check_op(data, "const_exact", build, ref, args, lm.f64, tol=0.01)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"), [(lm.i32, 2**31), (lm.i32, -(2**31) - 1), (lm.i8, 128), (lm.u8, -1), (lm.i64, 2**63)]
+)
+def test_scalar_out_of_dtype_range_raises(dtype, value):
+    """x_i32 + 2**31 raises (numpy: OverflowError) instead of saturating the constant."""
+    x = lm.Graph().tensor("x", (3,), dtype)
+    with pytest.raises(lm.DTypeError, match=f"add: constant {value}"):
+        _ = x + value
+
+
+# -- correctly rounded division, exact pow (issue 10 item 5) -------------------------------------------
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 3.0, 1e-40, 2.0**-1074, 1e300, 2.0**-1000])
+
+
+def _prep_specials(arrays, env):
+    """A few elements of each operand replaced by zeros, infinities, NaN, subnormals, huge values."""
+    rng = np.random.default_rng(int(sum(v.size for v in arrays.values())))
+    out = {}
+    for k, v in arrays.items():
+        w = v.astype(np.float64)
+        pick = rng.random(v.shape) < 0.3
+        with np.errstate(over="ignore"):
+            out[k] = np.where(pick, rng.choice(SPECIAL, v.shape), w).astype(v.dtype)
+    return out
+
+
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f16, lm.bf16, lm.f64), ids=str)
+@given(data=st.data())
+def test_truediv_correctly_rounded(dtype, data):
+    """Float `/` is IEEE division: bit-for-bit numpy's in the dtype (specials included), never
+    a * (1/b). Operands span many binades so products and quotients exercise every rounding."""
+
+    def build(g, a, b):
+        return {"tt": a / b, "ts": a / 0.019607844, "st": 3.0 / b}
+
+    def ref(a, b):
+        d = dtype.np
+        a, b = a.astype(d), b.astype(d)
+        with np.errstate(all="ignore"):
+            return {"tt": (a / b).astype(np.float64), "ts": (a / d.type(0.019607844)).astype(np.float64),
+                    "st": (d.type(3.0) / b).astype(np.float64)}  # fmt: skip
+
+    def prep(arrays, env):
+        rng = np.random.default_rng(int(arrays["a"].size * 31 + arrays["b"].size))
+        spread = {k: v.astype(np.float64) * 2.0 ** rng.integers(-60, 60, v.shape) for k, v in arrays.items()}
+        with np.errstate(over="ignore"):
+            out = _prep_specials({k: v.astype(dtype.np) for k, v in spread.items()}, env)
+        if dtype == lm.f64:  # a subnormal f64 quotient may round twice (docs/numerics.md): tested apart
+            with np.errstate(all="ignore"):
+                q = np.abs(out["a"] / out["b"][None])  # (m, n, k)
+            sub = ((q > 0) & (q < 2.0**-1022)).any(axis=1, keepdims=True) | (np.abs(out["a"]) < 2.0**-1016)
+            out["a"] = np.where(sub, 1.0, out["a"])
+        return out
+
+    check_op(data, "div_cr", build, ref, {"a": Arg(A), "b": Arg(B)}, dtype, prep=prep, tol=0)
+
+
+def test_truediv_f64_subnormal_quotient_within_one_subnormal_ulp():
+    g = lm.Graph()
+    a, b = g.tensor("a", ("n",), lm.f64), g.tensor("b", ("n",), lm.f64)
+    (a / b).output("q")
+    rng = np.random.default_rng(3)
+    x, y = rng.uniform(1, 2, 4000) * 2.0 ** rng.integers(-1074, -1000, 4000), rng.uniform(1, 2, 4000) * 64
+    q = g.compile("reference").run({"a": x, "b": y})["q"]
+    assert np.all(np.abs(q - x / y) <= 2.0**-1074) and np.mean(q == x / y) > 0.99
+
+
+def test_truediv_issue_example():
+    """-2.5 / 0.019607844 in f32 is -127.49999 (IEEE), not -127.5 (= -2.5 * (1 / b))."""
+    g = lm.Graph()
+    a, b = g.tensor("a", (1,)), g.tensor("b", (1,))
+    (a / b).output("q")
+    q = g.compile("reference").run({"a": np.array([-2.5], np.float32), "b": np.array([0.019607844], np.float32)})["q"]
+    assert q[0] == np.float32(-2.5) / np.float32(0.019607844) and q[0] != -127.5
+
+
+@pytest.mark.parametrize("dtype", (lm.f64, lm.f32, lm.f16), ids=str)
+@given(data=st.data())
+def test_pow_tensor_exact_for_exact_results(dtype, data):
+    """Integer (and dyadic) bases with integer exponents: numpy's pow is exact when the result is
+    a float of the dtype (3.0 ** 6.0 = 729, 10 ** 3 = 1000), so is luminal's."""
+
+    def prep(arrays, env):
+        rng = np.random.default_rng(int(arrays["a"].size * 13 + arrays["b"].size))
+        base = np.round(arrays["a"].astype(np.float64) * 4) * rng.choice([1.0, 0.5, 0.25], arrays["a"].shape)
+        hi = 12 if dtype == lm.f64 else 5
+        return {"a": base.astype(dtype.np), "b": rng.integers(0, hi, arrays["b"].shape).astype(dtype.np)}
+
+    def ref(a, b):
+        return np.power(a, b).astype(dtype.np)  # exact in f64 (53 bits suffice), then one rounding
+
+    check_op(data, "pow_exact", lambda g, a, b: a**b, ref, {"a": Arg(A), "b": Arg(B)}, dtype, prep=prep, tol=0)
+
+
+def test_pow_issue_examples():
+    g = lm.Graph()
+    x, e = g.tensor("x", (1,), lm.f64), g.tensor("e", (1,), lm.f64)
+    y, f = g.tensor("y", (1,), lm.f32), g.tensor("f", (1,), lm.f32)
+    (x**e).output("p64")
+    (y**f).output("p32")
+    out = g.compile("reference").run({"x": np.array([3.0]), "e": np.array([6.0]), "y": np.array([10.0], np.float32),
+                                      "f": np.array([3.0], np.float32)})  # fmt: skip
+    assert out["p64"].tolist() == [729.0] and out["p32"].tolist() == [1000.0]
+
+
+@pytest.mark.parametrize("dtype", (lm.i32, lm.i64, lm.i8, lm.u8), ids=str)
+@given(data=st.data())
+def test_pow_int_tensor_exponent(dtype, data):
+    """Integer ** integer tensor: numpy's (binary powering, wrapping); negative exponents give the
+    truncated 1 / a ** |e| (numpy raises): 1 for a = 1, +-1 for a = -1, else 0."""
+
+    def ref(a, b):
+        bits = dtype.bits
+        pos = np.array([pow(int(x), int(max(y, 0)), 2**bits) for x, y in zip(a.ravel(), b.ravel())])
+        pos = pos.reshape(np.broadcast(a, b).shape) if a.shape == b.shape else None
+        return pos
+
+    def build(g, a, b):
+        return {"p": a**b, "s": a**20}
+
+    def ref2(a, b):
+        a64, b64 = np.broadcast_arrays(a, b)
+        m = 2**dtype.bits
+        p = np.array([pow(int(x), int(y), m) if y >= 0 else (1 if x == 1 else (-1) ** (-y) if x == -1 else 0)
+                      for x, y in zip(a64.ravel(), b64.ravel())], dtype=object).reshape(a64.shape)  # fmt: skip
+        s = np.array([pow(int(x), 20, m) for x in a.ravel()], dtype=object).reshape(a.shape)
+        wrap = lambda v: np.array([int(t) for t in v.ravel()], np.uint64).astype(dtype.np).reshape(v.shape)  # noqa: E731
+        return {"p": wrap(p % m), "s": wrap(s % m)}
+
+    lo = 0 if dtype == lm.u8 else -9
+    e_lo = 0 if dtype == lm.u8 else -3
+    args = {"a": Arg(A, lo=lo, hi=9), "b": Arg(B, lo=e_lo, hi=dtype.bits + 3)}
+    check_op(data, "pow_int", build, ref2, args, dtype)

@@ -144,3 +144,65 @@ def test_tril_does_not_leak_nan():
     x.tril().output("y")
     out = g.compile("reference").run({"x": np.array([[1, np.nan], [np.inf, 2]], np.float32)})["y"]
     np.testing.assert_array_equal(out, np.array([[1, 0], [np.inf, 2]], np.float32))
+
+
+# -- out-of-range indices (docs/numerics.md, Indexing) ---------------------------------------------
+def _bad_index(rng, n: int, wide: bool) -> int:
+    """An index outside [-n, n): just past either end, far out, or (i64) valid modulo 2^32."""
+    kinds = [n, n + int(rng.integers(1, 50)), -n - 1, -n - int(rng.integers(1, 50))]
+    if wide:
+        kinds += [2**32 + int(rng.integers(0, n)), -(2**32) + int(rng.integers(0, n)), 2**62]
+    return kinds[int(rng.integers(len(kinds)))]
+
+
+@pytest.mark.parametrize("idx_dtype", (lm.i32, lm.i64, lm.i8), ids=str)
+@pytest.mark.parametrize("op", ("gather", "take_along_axis"))
+@given(data=st.data())
+def test_out_of_range_index_raises(op, idx_dtype, data):
+    """An index outside its axis raises (BackendError naming Gather) even when the flat position it
+    would read is inside the buffer (the next row), and an i64 index never wraps to a valid one."""
+    from tests.helpers import model_for
+
+    axis = data.draw(st.integers(0, 2), label="axis")
+    if op == "gather":
+        build = lambda g, x, i: x.gather(i, axis=axis)  # noqa: E731
+        ishape = ("i",)
+    else:
+        build = lambda g, x, i: x.take_along_axis(i, axis)  # noqa: E731
+        ishape = tuple("i" if k == axis else "abc"[k] for k in range(3))  # one index per row
+    model, _, _ = model_for(("oob", op, axis), build, {"x": Arg(X), "i": Arg(ishape, idx_dtype)}, lm.f32)
+    env = {d: data.draw(st.integers(1, 4), label=d) for d in ("a", "b", "c", "i")}
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    n = env["abc"[axis]]
+    x = rng.standard_normal([env[d] for d in "abc"]).astype(np.float32)
+    ishape_v = [env[s] for s in ishape]
+    ivals = rng.integers(-n, n, size=ishape_v)
+    bad = _bad_index(rng, n, idx_dtype == lm.i64) if idx_dtype != lm.i8 else [n, -n - 1][int(rng.integers(2))]
+    ivals.flat[int(rng.integers(ivals.size))] = bad
+    i = ivals.astype(idx_dtype.np)
+    with pytest.raises(lm.BackendError, match="Gather: index .* out of range"):
+        model.run({"x": x, "i": i})
+    ivals = np.where((ivals >= -n) & (ivals < n), ivals, 0)  # all valid now: runs, equals numpy
+    i = ivals.astype(idx_dtype.np)
+    want = np.take(x, i.astype(np.int64), axis) if op == "gather" else np.take_along_axis(x, i.astype(np.int64), axis)
+    np.testing.assert_array_equal(model.run({"x": x, "i": i})["out"], want)
+
+
+def test_take_along_axis_index_past_row_end_raises():
+    """The issue's example: (3, 4) indexed with 4 along the last axis read the next row."""
+    g = lm.Graph()
+    x, i = g.tensor("x", (3, 4)), g.tensor("i", (3, 1), lm.i32)
+    x.take_along_axis(i, 1).output("y")
+    m = g.compile("reference")
+    with pytest.raises(lm.BackendError, match="out of range"):
+        m.run({"x": np.arange(12, dtype=np.float32).reshape(3, 4), "i": np.array([[0], [4], [1]], np.int32)})
+
+
+def test_scatter_i64_index_beyond_i32_is_dropped_not_wrapped():
+    g = lm.Graph()
+    x, i, s = g.tensor("x", (4,)), g.tensor("i", (2,), lm.i64), g.tensor("s", (2,))
+    x.scatter(i, s).output("y")
+    out = g.compile("reference").run(
+        {"x": np.zeros(4, np.float32), "i": np.array([2**32 + 1, -1], np.int64), "s": np.array([5, 7], np.float32)}
+    )["y"]
+    assert out.tolist() == [0, 0, 0, 7]  # 2^32 + 1 is outside [-4, 4): dropped, not written at 1

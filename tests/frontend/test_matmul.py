@@ -41,3 +41,18 @@ def test_matmul_batched(dtype, data):
     args = {"a": Arg(("p", "m", "k"), lo=lo, hi=hi), "b": Arg(("p", "k", "n"), lo=lo, hi=hi),
             "c": Arg((1, "m", "k"), lo=lo, hi=hi), "d": Arg(("q", 1, "m", "k"), lo=lo, hi=hi)}  # fmt: skip
     check_op(data, "matmul_batched", build, ref, args, dtype, tol=2)
+
+
+@given(data=st.data())
+def test_matmul_bool(data):
+    """bool @ bool is a bool (or of ands) like numpy, not a count; k = 0 gives False."""
+
+    def build(g, a, b, v):
+        return {"mm": a @ b, "mv": a @ v, "vv": v @ v}
+
+    def ref(a, b, v):
+        return {"mm": a @ b, "mv": a @ v, "vv": np.asarray(v @ v)}
+
+    args = {"a": Arg(("m", "k")), "b": Arg(("k", "n")), "v": Arg(("k",))}
+    check_op(data, "matmul_bool", build, ref, args, lm.bool, dim_sizes={"k": st.integers(0, 4)},
+             out_dtypes={"mm": lm.bool, "mv": lm.bool, "vv": lm.bool})  # fmt: skip

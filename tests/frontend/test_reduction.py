@@ -215,3 +215,26 @@ def test_norms(dtype, data):
 
     check_op(data, "norms", build, ref, {"x": Arg(X)}, dtype, tol=4,
              dim_sizes={"a": st.integers(1, 4), "b": st.integers(1, 4), "c": st.integers(2, 6)})  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", (lm.f16, lm.bf16), ids=str)
+@given(data=st.data())
+def test_16bit_statistics_accumulate_in_f32(dtype, data):
+    """mean / var / std of 16-bit floats whose sum (and count) overflow f16: computed in f32, rounded once,
+    like numpy (which also uses an f32 accumulator for f16 mean/var)."""
+
+    def build(g, x):
+        return {"mean": x.mean(), "mean0": x.mean(axis=0), "var": x.var(), "std": x.std(axis=0)}
+
+    def ref(x):
+        return {"mean": x.mean(), "mean0": x.mean(axis=0), "var": x.var(), "std": x.std(axis=0)}
+
+    check_op(data, "stats16", build, ref, {"x": Arg(("n", 2), lo=300, hi=600)}, dtype,
+             dim_sizes={"n": st.integers(200, 400)}, tol={"var": 4, "std": 4})  # fmt: skip
+
+
+def test_f16_mean_of_70000_ones():
+    g = lm.Graph()
+    g.tensor("x", ("n",), lm.f16).mean().output("m")
+    out = g.compile("reference").run({"x": np.ones(70000, np.float16)})["m"]
+    assert out.dtype == np.float16 and float(out) == 1.0

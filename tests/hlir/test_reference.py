@@ -190,8 +190,33 @@ def test_iota_and_constant():
     s = var("s")
     out = Iota(z * 3 + s, s * 2).reference([], (), {"s": 2})
     assert out.dtype == np.int32 and out.tolist() == [2, 5, 8, 11]
-    c = Constant(0.1).reference([], (), {})
+    c = Constant.of(0.1, lm.f32).reference([], (), {})
     assert c.dtype == np.float32 and c.tolist() == [np.float32(0.1)]
+
+
+@pytest.mark.parametrize(
+    ("value", "dt"),
+    [(1e300, lm.f64), (1e-50, lm.f64), (0.1, lm.f64), (0.1, lm.f16), (1 / 3, lm.bf16), (-0.0, lm.f32),
+     (2**62 + 1, lm.i64), (-(2**63), lm.i64), (2**50 + 2**26 + 1, lm.i64), (-128, lm.i8), (255, lm.u8),
+     (2**31 - 1, lm.i32), (True, lm.bool), (2**60 + 1, lm.f32), (1e39, lm.f32), (70000, lm.f16)],
+)  # fmt: skip
+def test_constant_exact_in_its_dtype(value, dt):
+    """A Constant holds the value rounded once to its dtype (ints exactly, beyond 2^53 too), like numpy."""
+    c = Constant.of(value, dt)
+    out = c.reference([], (), {})
+    with np.errstate(over="ignore"):
+        want = np.array([value]).astype(dt.np) if dt.is_float else np.array([value], dt.np)
+    assert out.dtype == dt.np and out.tobytes() == want.tobytes()
+
+
+BAD_CONSTANTS = [(2**31, lm.i32), (-(2**31) - 1, lm.i32), (256, lm.u8), (-1, lm.u8), (2**63, lm.i64), (2, lm.bool),
+                 (1.5, lm.i32), (10**400, lm.f64)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "dt"), BAD_CONSTANTS)
+def test_constant_out_of_range_raises(value, dt):
+    with pytest.raises(DTypeError):
+        Constant.of(value, dt)
 
 
 def test_gather_reads_flat_logical_index_of_data_view():

@@ -1,11 +1,27 @@
 from __future__ import annotations
 
+import luminal as lm
 from luminal.models import gemma
-from tests.models.decoder_checks import check_cache_equals_recompute, check_golden, check_one_compile_many_lengths
+from tests.models.decoder_checks import (
+    check_cache_equals_recompute,
+    check_dtypes,
+    check_golden,
+    check_one_compile_many_lengths,
+)
 
 
 def test_gemma3_golden_prefill_and_decode():
     check_golden(gemma.load, "gemma3")  # sliding window 4 < prompt 12: the window mask matters
+
+
+def test_gemma3_bf16_golden():
+    check_golden(gemma.load, "gemma3", "bf16")  # embedding scale rounded to bf16 as HF does, f32 soft-cap
+
+
+def test_gemma3_graph_weights_and_cache_in_bf16():
+    cfg = gemma.Config(vocab_size=64, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, hidden=32, head_dim=8,
+                       sliding_window=4, final_softcap=30.0)  # fmt: skip
+    check_dtypes(gemma.Transformer(cfg, 8, lm.bf16).graph, lm.bf16)
 
 
 def test_gemma3_cache_decode_equals_recompute():

@@ -12,6 +12,14 @@ def test_qwen3_golden_prefill_and_decode():
     check_golden(qwen.load, "qwen3")  # per-head q/k RMSNorm
 
 
+def test_qwen2_bf16_golden():
+    check_golden(qwen.load, "qwen2", "bf16")
+
+
+def test_qwen3_bf16_golden():
+    check_golden(qwen.load, "qwen3", "bf16")
+
+
 def test_qwen3_cache_decode_equals_recompute():
     check_cache_equals_recompute(qwen.load, "qwen3")
 

@@ -6,23 +6,39 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import luminal as lm
+from luminal.demo import CLIP
 from luminal.models import whisper
 from luminal.models.audio import read_wav
 from tests.models.conftest import GOLDENS, assert_close, golden
+from tests.models.decoder_checks import check_dtypes, check_greedy, check_runs_in
 
 
-def test_whisper_golden_encoder_prefill_and_decode():
-    g = golden("whisper")
-    model = whisper.load(GOLDENS / "whisper", backend="reference")
-    assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output")
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_whisper_golden_encoder_prefill_and_decode(dtype, backend="reference"):
+    g = golden("whisper", dtype)
+    model = whisper.load(GOLDENS / "whisper", backend=backend, dtype=dtype)
+    assert_close(model.encode(g["input_features"]), g["encoder_out"], "encoder output", dtype)
     ids = g["input_ids"].tolist()
-    assert_close(model.logits(ids), g["logits"], "decoder prompt logits")
-    assert model.generate(ids, 3, eot=2) == g["decode_ids"].tolist()
+    logits = model.logits(ids)
+    assert_close(logits, g["logits"], "decoder prompt logits", dtype)
+    check_runs_in(logits, "whisper", dtype)
+    check_greedy(model.generate(ids, 3, eot=2), g, dtype, "whisper")
     dec = model.decoder
     dec.reset()
     dec.step(ids)
     steps = [dec.step([t])[0] for t in g["decode_ids"].tolist()]
-    assert_close(np.stack(steps), g["decode_logits"], "decoder steps with the KV cache")
+    assert_close(np.stack(steps), g["decode_logits"], "decoder steps with the KV cache", dtype)
+
+
+@pytest.mark.parametrize("dtype", [lm.bf16, lm.f16])
+def test_whisper_graphs_hold_weights_caches_and_cross_kv_in_the_model_dtype(dtype):
+    cfg = whisper.Config(vocab_size=64, n_mels=8, dim=16, enc_layers=1, dec_layers=1, heads=2, ffn=32,
+                         audio_ctx=6, text_ctx=8)  # fmt: skip
+    enc = whisper.encoder_graph(cfg, dtype)
+    check_dtypes(enc, dtype, f32=("encoder_out",))
+    assert enc.nodes[enc.inputs["mel"]].dtype == lm.f32  # log-mel features come in as f32
+    check_dtypes(whisper.decoder_graph(cfg, dtype), dtype)
 
 
 def test_ct2_names_map_to_hf_layout_and_split_fused_qkv():
@@ -46,7 +62,7 @@ def test_ct2_names_map_to_hf_layout_and_split_fused_qkv():
 
 # the reference clip (../shared/data/jfk.wav, 11 s) when this checkout has it, else the bundled trim
 SHARED_JFK = Path(__file__).resolve().parents[3] / "shared" / "data" / "jfk.wav"
-JFK = SHARED_JFK if SHARED_JFK.is_file() else Path(__file__).resolve().parents[2] / "models" / "data" / "jfk.wav"
+JFK = SHARED_JFK if SHARED_JFK.is_file() else CLIP
 
 
 def test_whisper_tiny_en_transcribes_jfk():

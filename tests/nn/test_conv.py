@@ -28,3 +28,22 @@ def test_conv1d_matches_numpy(stride, pad, t):
     b = rng.standard_normal(4).astype(np.float32)
     y = g.compile("reference").run({"x": xv, "c.weight": w, "c.bias": b})["y"]
     np.testing.assert_allclose(y, _conv_numpy(xv, w, b, stride, pad), rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_rejects_a_batched_input():
+    """A (b, c, t) input used to come back as a wrong-shaped (t_out, c_out) result without complaint."""
+    g = lm.Graph()
+    conv = nn.Conv1d(g, "enc.conv1", 5, 4, 3, padding=1)
+    with pytest.raises(lm.ShapeError, match=r"Conv1d 'enc.conv1': expects an unbatched \(c_in=5, T\).*\[2, 5, 10\]"):
+        conv(g.tensor("x", (2, 5, 10)))
+    with pytest.raises(lm.ShapeError, match=r"c_in=5.*\[10, 5\]"):  # time-major instead of channels first
+        conv(g.tensor("t", (10, 5)))
+    with pytest.raises(lm.ShapeError, match="below the kernel 3"):
+        nn.Conv1d(g, "c2", 5, 4, 3)(g.tensor("short", (5, 2)))
+
+
+@pytest.mark.parametrize(("arg", "value"), [("stride", 0), ("kernel", 0), ("padding", -1), ("c_in", 2.5)])
+def test_conv1d_rejects_bad_hyperparameters(arg, value):
+    kw = {"c_in": 5, "c_out": 4, "kernel": 3} | {arg: value}
+    with pytest.raises(lm.ShapeError, match=f"Conv1d 'c': {arg}="):
+        nn.Conv1d(lm.Graph(), "c", **kw)

@@ -51,3 +51,25 @@ def test_gelu_mlp_with_biases():
 def test_unknown_activation():
     with pytest.raises(lm.LuminalError, match="swish2"):
         nn.GatedMLP(lm.Graph(), "m", 4, 4, "swish2")
+
+
+def test_gated_mlp_bf16_gates_in_f32():
+    import ml_dtypes
+
+    bf = ml_dtypes.bfloat16
+    g = lm.Graph()
+    x = g.tensor("x", ("s", 6), lm.bf16)
+    nn.GatedMLP(g, "m", 6, 10, "silu", dtype=lm.bf16)(x).output("y")
+    rng = np.random.default_rng(2)
+    w = {f"m.{n}.weight": (rng.standard_normal(s) * 0.5).astype(bf)
+         for n, s in (("gate_proj", (10, 6)), ("up_proj", (10, 6)), ("down_proj", (6, 10)))}  # fmt: skip
+    xv = rng.standard_normal((3, 6)).astype(bf)
+    y = g.compile("reference").run({"x": xv, **w})["y"]
+    f = {k: v.astype(np.float32) for k, v in w.items()}
+    # the reference rounds each matmul output and the gated product to bf16 once: mirror that
+    gate = (xv.astype(np.float32) @ f["m.gate_proj.weight"].T).astype(bf).astype(np.float32)
+    up = (xv.astype(np.float32) @ f["m.up_proj.weight"].T).astype(bf).astype(np.float32)
+    h = (_silu(gate) * up).astype(bf).astype(np.float32)
+    ref = h @ f["m.down_proj.weight"].T
+    assert y.dtype == bf
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2**-8, atol=1e-3)

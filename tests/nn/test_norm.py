@@ -42,3 +42,30 @@ def test_layer_norm_affine():
     y = _run(lambda g: nn.LayerNorm(g, "n", 6), x, {"n.weight": w, "n.bias": b})
     ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_bf16_weight_scales_in_f32_and_rounds_once():
+    import ml_dtypes
+
+    bf = ml_dtypes.bfloat16
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 8)).astype(bf)
+    w = (rng.standard_normal(8) * 0.3).astype(bf)
+    for offset in (False, True):
+        y = _run(lambda g, o=offset: nn.RMSNorm(g, "n", 8, 1e-6, offset=o, dtype=lm.bf16), x, {"n.weight": w})
+        xf, wf = x.astype(np.float32), w.astype(np.float32)
+        ref = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-6) * (1 + wf if offset else wf)
+        assert y.dtype == bf
+        # one rounding of the f32 result: within bf16's unit roundoff (2^-8 relative), f32 noise aside
+        np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2**-8 + 1e-5, atol=1e-6)
+
+
+def test_layer_norm_f16_affine_in_f32():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 6)) * 3 + 1).astype(np.float16)
+    w, b = rng.standard_normal(6).astype(np.float16), rng.standard_normal(6).astype(np.float16)
+    y = _run(lambda g: nn.LayerNorm(g, "n", 6, dtype=lm.f16), x, {"n.weight": w, "n.bias": b})
+    xf = x.astype(np.float64)
+    ref = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True) + 1e-5) * w + b
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2**-11 + 1e-5, atol=2e-5)

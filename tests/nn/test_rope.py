@@ -46,3 +46,21 @@ def test_rope_rotates_half_pairs_at_absolute_positions():
     a, b = xv[..., :4], xv[..., 4:]
     ref = np.concatenate([a * np.cos(ang) - b * np.sin(ang), b * np.cos(ang) + a * np.sin(ang)], -1)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [lm.bf16, lm.f16])
+def test_rope_of_16bit_input_rotates_in_f32_and_rounds_once(dt):
+    g = lm.Graph()
+    x = g.tensor("x", ("s", 2, 8), dt)
+    nn.RoPE(g, "rope", 8, dim("p"), dim("s"))(x).output("y")
+    rng = np.random.default_rng(1)
+    xv = rng.standard_normal((3, 2, 8)).astype(dt.np)
+    f = inv_freq(RopeConfig(10000.0), 8)
+    y = g.compile("reference").run({"x": xv, "rope.inv_freq": f}, dims={"p": 300})["y"]
+    ang = (np.arange(300, 303)[:, None, None] * f.astype(np.float64)).astype(np.float32)  # f32 angles, like HF
+    a, b = xv[..., :4].astype(np.float64), xv[..., 4:].astype(np.float64)
+    c, s = np.cos(ang.astype(np.float64)), np.sin(ang.astype(np.float64))
+    ref = np.concatenate([a * c - b * s, b * c + a * s], -1)
+    assert y.dtype == dt.np
+    u = 2.0**-8 if dt == lm.bf16 else 2.0**-11  # unit roundoff: 8 / 11 significant bits
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=u + 1e-5, atol=1e-5)  # one rounding

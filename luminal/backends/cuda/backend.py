@@ -3,37 +3,49 @@
 LLIR ops are the kernel ops (kernels/), introduced by the `kernel_lower` rules beside them; HLIR
 Input and Output run as they are. Every other HLIR op must be lowered, so extraction can only
 choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up,
-ones-filled inputs).
+ones-filled inputs); `measure` times one-op plans for the search's per-op costs
+(luminal/egraph/costs.py), their kernels compiled together in one NVRTC program first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from luminal.backends.cuda import driver, nvrtc
+from luminal.backends.cuda import driver, nvrtc, runtime
 from luminal.backends.cuda.host import HostOp
-from luminal.backends.cuda.kernel import KernelOp
+from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
+from luminal.backends.cuda.kernels.io import KernelConstant
 from luminal.backends.cuda.runtime import CudaExecutor
-from luminal.egraph.llir import LLIRGraph
-from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, main_cycle, saturate
+from luminal.dtype import DType
+from luminal.egraph.llir import LLIRGraph, LNode
+from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, analysis, main_cycle, saturate, with_buffer_reuse
+from luminal.errors import LuminalError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import Z
 
 KERNEL_LOWER = "kernel_lower"
 MATMUL_BACKEND = "matmul_backend"  # library matmuls and the decode GEMV (host/cublaslt.egg, kernels/gemv.egg)
 FUSION_GROW = "fusion_grow"  # fused kernels (kernels/fused.py, the fusion rules beside each fusible kernel)
+GEMV_FACTS, GEMV_FUSE = "gemv_facts", "gemv_fuse"  # the decode GEMV fused with its neighbours (kernels/gemvfused.egg)
+BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/inplace.egg)
 ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
-RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, ATTENTION)
+RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE, ATTENTION)
+log = logging.getLogger(__name__)
+_MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
 # attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
 # iterations over a small e-graph instead of every iteration of the main cycle
-PHASES = (Phase("attention", saturate(ATTENTION)),
-          *main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW]))  # fmt: skip
+_ATTENTION = Phase(ATTENTION, saturate(ATTENTION))
+# after main: the facts to a fixpoint, then the fused GEMVs (with fusion_grow for the body classes they name)
+_GEMV = Phase(GEMV_FUSE, saturate(saturate(analysis(), GEMV_FACTS), saturate(analysis(), FUSION_GROW, GEMV_FUSE)))
+PHASES = with_buffer_reuse((_ATTENTION, _MAIN, _GEMV, _CLEANUP), BUFFER_REUSE)
 
 
 def matmul_ops() -> tuple:
@@ -46,11 +58,12 @@ def matmul_ops() -> tuple:
 
 class CudaBackend:
     name = "cuda"
-    # preference order: fused attention, library matmuls, GEMV, fused kernels, the rest
-    ops = (*ATTENTION_KERNELS, *PAGED_KERNELS, *matmul_ops(), *KERNEL_OPS)
+    # preference order: fused attention, fused GEMVs, library matmuls, GEMV, fused kernels, the rest
+    ops = (*ATTENTION_KERNELS, *PAGED_KERNELS, *GEMV_FUSED_OPS, *matmul_ops(), *KERNEL_OPS)
     hlir_ops = (Input, Output)
     rulesets = RULESETS
     phases: tuple[Phase, ...] = PHASES
+    cost_cache = True  # measured op costs are kept in the compile cache (they cost GPU time)
 
     def __init__(self) -> None:
         self._dev = driver.device()  # BackendError with a clear message when no GPU is usable
@@ -65,6 +78,64 @@ class CudaBackend:
 
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
         return CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env))
+
+    def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float | str]:
+        """Seconds of each one-op plan net of the fixed cost of timing a plan (one launch included);
+        a str says why a plan could not be compiled or run."""
+        if type(self).profile is CudaBackend.profile:  # timed on the GPU: compile every kernel at once
+            _precompile(plans)
+        base = self._timing_base(env)
+        out: list[float | str] = []
+        for p in plans:
+            try:
+                out.append(max(0.0, self.profile(p, env) - base))
+            except LuminalError as e:
+                out.append(f"{type(e).__name__}: {e}")
+        return out
+
+    def _timing_base(self, env: Mapping[str, int]) -> float:
+        """What `profile` reports beyond the launches themselves: a one-kernel plan's time minus one
+        launch, the launch cost being the slope from one to eight trivial kernels."""
+        base = getattr(self, "_base", None)
+        if base is None:
+            t1, t8 = self.profile(_trivial(1), env), self.profile(_trivial(8), env)
+            base = self._base = max(0.0, t1 - max(0.0, (t8 - t1) / 7))
+        return base
+
+    def counters(self) -> dict[str, float]:
+        """NVRTC counters (compiles, cache hits, seconds): the compiler reports their change per compile."""
+        return dict(nvrtc.STATS)
+
+
+def _trivial(n: int) -> LLIRGraph:
+    """n independent one-element constant kernels, each an output: what timing n launches costs."""
+    nodes = [LNode(KernelConstant(1.0, DType.f32), (), DType.f32) for _ in range(n)]
+    nodes += [LNode(Output(f"out{i}"), (i,), DType.f32) for i in range(n)]
+    return LLIRGraph(nodes, {f"out{i}": n + i for i in range(n)})
+
+
+def plan_kernels(nodes) -> list[Kernel]:
+    """The kernels a CudaExecutor of `nodes` renders (same dims slots), for batched compiling."""
+    names: set[str] = set()
+    for n in nodes:
+        if isinstance(n.op, KernelOp):
+            names |= n.op.dim_names() | n.op.out_size().dims() | n.op.scratch_bytes().dims()
+        elif isinstance(n.op, HostOp):
+            names |= n.op.dim_names() | n.op.out_size().dims()
+    slots = {d: i for i, d in enumerate(sorted(names))}
+    kslots = {**slots, ERROR_SLOT: len(slots)}
+    return [n.op.render(kslots) for n in nodes if isinstance(n.op, KernelOp)]
+
+
+def _precompile(plans: Sequence[LLIRGraph]) -> None:
+    """Compile and load every kernel of `plans` in one NVRTC program; on failure (one bad kernel
+    fails the program) each plan compiles its own when profiled, so only the bad one is skipped."""
+    try:
+        kernels = [k for p in plans for k in plan_kernels(p.nodes)]
+        if kernels:
+            runtime.load_kernels(kernels)
+    except LuminalError as e:
+        log.info("batched NVRTC compile of %d plans failed (%s); compiling per plan", len(plans), str(e)[:200])
 
 
 def view_extent(shape, strides, env: Mapping[str, int]) -> int:

@@ -1,26 +1,29 @@
 """ReferenceBackend: numpy execution of LLIR made of HLIR ops plus NumpyMatmul; the oracle.
 
-Its LLIR ops are the HLIR ops themselves plus one real rewrite (matmul.egg) so search has a
-choice. `profile` is an analytical cost (elements touched, matmul flops at a BLAS rate) at
-representative dims rather than a timing: it is deterministic, needs no weights, and costs
+Its LLIR ops are the HLIR ops themselves plus two real rewrites so search has a choice: matmul.egg
+(one np.matmul) and inplace.egg (a Scatter into persistent state that updates it in place).
+`profile` is an analytical cost (elements touched, matmul flops at a BLAS rate) at representative
+dims rather than a timing: it is deterministic, needs no weights, and costs
 microseconds, so compiles stay fast and reproducible on CPU.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from luminal.backends.reference.executor import ReferenceExecutor
+from luminal.backends.reference.inplace import InplaceScatter
 from luminal.backends.reference.matmul import NumpyMatmul
 from luminal.egraph.llir import LLIRGraph
-from luminal.egraph.rulesets import Phase, main_cycle
+from luminal.egraph.rulesets import Phase, main_cycle, with_buffer_reuse
 from luminal.hlir import HLIR_OPS, Input, Output
 from luminal.shape.expr import prod
 from luminal.shape.tracker import ShapeTracker
 
 MATMUL_BACKEND = "matmul_backend"
+BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (inplace.egg)
 ELEMENT_COST = 1.0  # one numpy element-op (~1 ns vectorized)
 GATHER_COST = 4.0  # extra per element read through a non-contiguous view (index arithmetic)
 FLOP_COST = 0.02  # one multiply-add inside BLAS (~50x an element-op)
@@ -28,10 +31,10 @@ FLOP_COST = 0.02  # one multiply-add inside BLAS (~50x an element-op)
 
 class ReferenceBackend:
     name = "reference"
-    ops = (NumpyMatmul,)
+    ops = (NumpyMatmul, InplaceScatter)
     hlir_ops = HLIR_OPS
-    rulesets = (MATMUL_BACKEND,)
-    phases: tuple[Phase, ...] = main_cycle([MATMUL_BACKEND])
+    rulesets = (MATMUL_BACKEND, BUFFER_REUSE)
+    phases: tuple[Phase, ...] = with_buffer_reuse(main_cycle([MATMUL_BACKEND]), BUFFER_REUSE)
 
     @property
     def device(self) -> str:
@@ -46,6 +49,10 @@ class ReferenceBackend:
         key = tuple(sorted(env.items()))
         return sum(_op_cost(n.op, key) for n in llir.nodes)
 
+    def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float]:
+        """Per-op costs for search (luminal/egraph/costs.py): the same analytic cost, no launch overhead."""
+        return [self.profile(p, env) for p in plans]
+
 
 @lru_cache(maxsize=1 << 16)
 def _op_cost(op, env_key: tuple[tuple[str, int], ...]) -> float:
@@ -53,6 +60,8 @@ def _op_cost(op, env_key: tuple[tuple[str, int], ...]) -> float:
     if isinstance(op, (Input, Output)):
         return 0.0
     env = dict(env_key)
+    if isinstance(op, InplaceScatter):  # touches the scattered elements only
+        return ELEMENT_COST * 2 * int(prod(op.index_shape).evaluate(env))
     if isinstance(op, NumpyMatmul):
         flops = int(prod((*op.shape, op.k)).evaluate(env))
         return FLOP_COST * flops + ELEMENT_COST * int(prod(op.shape).evaluate(env))

@@ -18,6 +18,7 @@ from luminal.backends.cuda.kernels import (
     KernelMul,
     KernelRecip,
     KernelScatter,  # fmt: skip
+    KernelScatterInplace,
     KernelSin,
     KernelSqrt,
     KernelSumReduce,
@@ -71,6 +72,9 @@ def kernels_for(dt: DType) -> list:
     out.append(KernelGather(CONTIG.dims, CONTIG.strides, (s, num(8)), PERM.strides, dt, DType.i32))
     out.append(KernelGather((s,), (z,), (num(16),), (z,), dt, DType.i64))
     out.append(KernelScatter(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i32))
+    out += [
+        KernelScatterInplace(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i64, w) for w in (False, True)
+    ]
     out += [KernelCast(CONTIG.dims, CONTIG.strides, to, dt) for to in DTYPES if to != dt]  # every conversion
     out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in (DType.f32, DType.i32) if to != dt]  # strided
     return out + fused_for(dt)

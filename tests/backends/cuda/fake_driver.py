@@ -89,6 +89,7 @@ def htod(dst: int, arr: np.ndarray, stream) -> None:
 def dtoh(arr: np.ndarray, src: int, stream) -> None:
     if arr.nbytes:
         arr.view(np.uint8).reshape(-1)[:] = mem(src, arr.nbytes)
+        LOG.append(f"dtoh {arr.nbytes}")
 
 
 def dtod(dst: int, src: int, nbytes: int, stream) -> None:
@@ -118,7 +119,32 @@ class Module:
         self._funcs: dict[str, Func] = {}
 
     def function(self, name: str) -> Func:
-        return self._funcs.setdefault(name, Func(name))
+        if name not in self._funcs:
+            self._funcs[name] = f = Func(name)
+            if name.startswith("sample_"):  # the device sampler (luminal/backends/cuda/sample.py)
+                f.run = _sampler(name)
+        return self._funcs[name]
+
+
+def _sampler(name: str):
+    """The sampling kernel's effect on fake memory, by the numpy oracle (luminal/sampling.py)."""
+    import struct
+
+    from luminal.dtype import DType
+    from luminal.sampling import Sampler, sample
+
+    dt = DType(name.split("_")[1])
+    dbl = lambda v: struct.unpack("<d", struct.pack("<Q", v))[0]  # noqa: E731
+
+    def run(values):
+        out, logits, err, rows, cols, tbits, top_k, pbits, seed, position = values
+        x = mem(logits, rows * cols * dt.itemsize).view(dt.np).reshape(rows, cols)
+        ids = sample(x, Sampler(dbl(tbits), top_k, dbl(pbits), seed), position)
+        head = mem(err, 16).view(np.int64) if err else np.zeros(2, np.int64)
+        res = np.concatenate([head, ids.astype(np.int64)])
+        mem(out, res.nbytes)[:] = res.view(np.uint8)
+
+    return run
 
 
 def load_kernels(kernels):
@@ -177,16 +203,41 @@ class Event:
         return 0.001
 
 
+_HOST: dict = {}  # host op -> (input dtypes, output dtype), for `capture`
+
+
 def bind(executor) -> None:
     """Make each kernel step of `executor` run its op's reference semantics on fake memory (once
     per op: multi-launch ops compute everything in their first launch)."""
     seen: set[int] = set()
     for s in executor.steps:
-        if s.host is not None or s.node in seen:
+        if s.host is not None:
+            n = executor.nodes[s.node]
+            _HOST[s.host] = (tuple(executor.nodes[j].dtype for j in n.inputs), n.dtype)
+            continue
+        if s.node in seen:
             continue
         seen.add(s.node)
         s.func = Func(s.func.name)
         s.func.run = _runner(executor, s.node)
+
+
+def capture(op, stream, out_ptr: int, in_ptrs, env):
+    """A host op "captured" for these pointers and dims: a graph node running its reference semantics
+    with the dims of the capture (like a real capture, which bakes them in). Counted in LOG."""
+    in_dts, out_dt = _HOST[op]
+    env = dict(env)
+    LOG.append("capture")
+
+    def run(values):
+        arrays = [mem(p).view(np.uint8)[: mem(p).size // dt.itemsize * dt.itemsize].view(dt.np)
+                  for p, dt in zip(in_ptrs, in_dts, strict=True)]  # fmt: skip
+        r = np.ascontiguousarray(op.reference(arrays, in_dts, env)).astype(out_dt.np)
+        mem(out_ptr, r.nbytes)[:] = np.frombuffer(r.tobytes(), np.uint8)
+
+    f = Func(type(op).__name__)
+    f.run = run
+    return (f, 1, Params([]))
 
 
 def _runner(ex, i: int):

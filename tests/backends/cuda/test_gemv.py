@@ -106,6 +106,10 @@ struct float2 { float x, y; };
 struct dim3 { unsigned x; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline float __fadd_rn(float a, float b) { return a + b; }  // never contracted into an fma
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 struct __nv_bfloat16 { uint16_t b; };
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 static inline float bf(__nv_bfloat16 h) { uint32_t u = (uint32_t)h.b << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -116,13 +120,25 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // finite values: ro
 thread_local dim3 threadIdx, blockIdx;
 static std::barrier<>* block_bar;
 static std::barrier<>* warp_bar[32];
-static float lanes[32][32];
+static unsigned long long lanes[32][32];
 static inline void __syncthreads() { block_bar->arrive_and_wait(); }
-static inline float __shfl_xor_sync(unsigned, float v, int off) {
+template <class T> static inline T shfl(T v, int src_of_lane(int, int), int arg) {  // src < 0: own value
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  lanes[w][l] = v; warp_bar[w]->arrive_and_wait();
-  const float r = lanes[w][l ^ off]; warp_bar[w]->arrive_and_wait(); return r;
+  memcpy(&lanes[w][l], &v, sizeof(T)); warp_bar[w]->arrive_and_wait();
+  const int s = src_of_lane(l, arg);
+  T r = v; if (s >= 0) memcpy(&r, &lanes[w][s], sizeof(T)); warp_bar[w]->arrive_and_wait(); return r;
 }
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
+  return shfl(v, [](int l, int o) { return l ^ o; }, off);
+}
+template <class T> static inline T __shfl_down_sync(unsigned, T v, int off) {
+  return shfl(v, [](int l, int o) { return l + o < 32 ? l + o : -1; }, off);
+}
+template <class T> static inline T __shfl_sync(unsigned, T v, int src) {
+  return shfl(v, [](int, int s) { return s; }, src);
+}
+static inline float __bfloat162float(__nv_bfloat16 h) { return bf(h); }
 #define __global__
 #define __device__
 #define __forceinline__ inline

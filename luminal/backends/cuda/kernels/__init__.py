@@ -5,6 +5,7 @@ from __future__ import annotations
 from luminal.backends.cuda.kernels.binary import BINARY_KERNELS, KernelAdd, KernelLessThan, KernelMod, KernelMul
 from luminal.backends.cuda.kernels.fused import FUSED_KERNELS, KernelFused
 from luminal.backends.cuda.kernels.indexing import INDEXING_KERNELS, KernelGather, KernelScatter
+from luminal.backends.cuda.kernels.inplace import INPLACE_KERNELS, KernelScatterInplace
 from luminal.backends.cuda.kernels.io import IO_KERNELS, KernelCast, KernelConstant, KernelIota
 from luminal.backends.cuda.kernels.reduce import REDUCE_KERNELS, KernelMaxReduce, KernelSumReduce
 from luminal.backends.cuda.kernels.unary import (
@@ -17,10 +18,12 @@ from luminal.backends.cuda.kernels.unary import (
 )
 
 # fused kernels first: the search's first candidate prefers them (luminal/backends/base.py)
-KERNEL_OPS = (*FUSED_KERNELS, *UNARY_KERNELS, *BINARY_KERNELS, *REDUCE_KERNELS, *INDEXING_KERNELS, *IO_KERNELS)
+# in-place updates before the copying scatter: the search's first candidate writes state in place
+KERNEL_OPS = (*FUSED_KERNELS, *UNARY_KERNELS, *BINARY_KERNELS, *REDUCE_KERNELS, *INPLACE_KERNELS, *INDEXING_KERNELS,
+              *IO_KERNELS)  # fmt: skip
 
 __all__ = [
     "KERNEL_OPS", "KernelAdd", "KernelCast", "KernelConstant", "KernelExp2", "KernelFused", "KernelGather",
     "KernelIota", "KernelLessThan", "KernelLog2", "KernelMaxReduce", "KernelMod", "KernelMul", "KernelRecip",
-    "KernelScatter", "KernelSin", "KernelSqrt", "KernelSumReduce",
+    "KernelScatter", "KernelScatterInplace", "KernelSin", "KernelSqrt", "KernelSumReduce",
 ]  # fmt: skip

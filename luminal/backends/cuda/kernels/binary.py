@@ -4,7 +4,8 @@ Fields: the HLIR op's (shape, a_strides, b_strides) + dtype (of the operands). I
 match the reference exactly: + and * wrap (computed in the unsigned type of the same width, so
 no signed-overflow UB), % truncates with x % 0 == 0 (and MIN % -1 == 0), bool + is or and * is and.
 Floats: 16/8-bit in f32 rounded once at the store, `fmodf` for %, LessThan compares in the
-compute type (NaN compares false).
+compute type (NaN compares false); + and * are `__fadd_rn`/`__fmul_rn` (`__d..` for f64), never
+contracted into an FMA, so each rounds once like the reference.
 """
 
 from __future__ import annotations
@@ -64,6 +65,14 @@ class KernelBinary(KernelOp):
                            vector=ia == ib == "i")  # fmt: skip
 
 
+def _float_rn(dt: DType, op: str) -> str:
+    """Float + / * as the round-to-nearest intrinsics, which NVRTC never contracts into an FMA
+    (its default --fmad=true would fuse a Mul feeding an Add, inside one kernel and across the ops
+    of a fused kernel): every HLIR Add and Mul rounds once, as in the reference, which the exact
+    compositions rely on (Dekker products in f64 division, docs/numerics.md)."""
+    return f"__{'d' if dt == DType.f64 else 'f'}{op}_rn(a, b)"
+
+
 def _wrap(dt: DType, op: str) -> str:
     u = unsigned(dt)
     return f"(({dt.cuda})(({u})a {op} ({u})b))"
@@ -77,7 +86,7 @@ class KernelAdd(KernelBinary):
     def value(self, dt):
         if dt == DType.bool:
             return "(a || b)"
-        return "(a + b)" if dt.is_float else _wrap(dt, "+")
+        return _float_rn(dt, "add") if dt.is_float else _wrap(dt, "+")
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ class KernelMul(KernelBinary):
     def value(self, dt):
         if dt == DType.bool:
             return "(a && b)"
-        return "(a * b)" if dt.is_float else _wrap(dt, "*")
+        return _float_rn(dt, "mul") if dt.is_float else _wrap(dt, "*")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ their thread. Accumulation follows the unfused reduce kernels exactly (reduce.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from luminal.backends.cuda.kernel import EW_BLOCK, compute_type, load
@@ -152,8 +153,17 @@ TILE_MAX = 32  # a row loop of at most this many iterations per thread keeps its
 class Emitter:
     """Builds the statements of one fused kernel; see the module docstring."""
 
-    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True):
+    def __init__(self, in_dtypes: tuple[DType, ...], group: int, coords: bool, strict: bool = True, base: int = 0,
+                 acc: Callable[[FNode, Position], str] | None = None, tile_max: int = TILE_MAX,
+                 load_base: int = 0):  # fmt: skip
+        """`in_dtypes`: the body's leaves; leaf i is the kernel parameter in{base + i}. `acc`: C name of
+        a value the kernel computes itself (a node whose op has `accumulator`, e.g. a GEMV's dot
+        product in its epilogue) at a position; the hook checks the position is the one it holds."""
         self.in_dtypes = in_dtypes
+        self.tile_max = tile_max  # longest row loop per thread kept in registers (TILE_MAX unless told)
+        self.base = base
+        self.load_base = load_base  # parameter number of a load node's input 0 (`_loads`)
+        self.acc = acc
         self.group = group  # threads per row (cooperative reductions at row level)
         self.coords = coords
         self.strict = strict
@@ -187,7 +197,7 @@ class Emitter:
     def row_loop(self, n: Expression) -> Scope:
         """Open a loop of the row group over positions 0..n-1 (tiled when n is a small literal)."""
         g = self.group
-        if n.is_num and -(-n.value // g) <= TILE_MAX:
+        if n.is_num and -(-n.value // g) <= self.tile_max:
             var = f"t{n.value}"
             sc = self.scope_of.get("@" + var)
             if sc is None:
@@ -226,17 +236,24 @@ class Emitter:
             # row-level reductions first (in `coop` order), so only a first pass gets here
             if self.strict:
                 raise BackendError("fused kernel: a value is used before the loop computing it (codegen invariant)")
-        if isinstance(e, FLeaf):
-            dt = self.in_dtypes[e.index]
+        if isinstance(e, FLeaf) or _loads(e):
+            if isinstance(e, FLeaf):
+                dt, param = self.in_dtypes[e.index], e.index + self.base
+            else:
+                dt, param = e.op.dtype, e.op.index + self.load_base
             sc = self.deepest(pos)
             name = self.fresh("l")
             ix = c_of(pos)
             if ix != "i":
                 self.flat_loads = False
             ref = self.local(sc, dt, name)
-            val = load(dt, f"in{e.index}[{ix}]")
+            val = load(dt, f"in{param}[{ix}]")
             sc.put(f"{ref} = {val};" if sc.tile else f"const {compute_type(dt)} {name} = {val};")
             res = (ref, dt, sc)
+        elif getattr(e.op, "accumulator", False):
+            if self.acc is None:
+                raise BackendError(f"{type(e.op).__name__} outside the kernel that computes it (codegen invariant)")
+            res = (self.acc(e, pos), e.op.out_dtype(()), self.root)
         elif isinstance(e.op, KernelReduce):
             res = self.reduce(e, pos)
         else:
@@ -252,7 +269,7 @@ class Emitter:
         if not self.coords:
             return flat_read(pos, view)
         phys = coord_read(pos, view)
-        return phys if isinstance(arg, FLeaf) else unravel(phys, pos, view, out_shape(arg.op))
+        return phys if isinstance(arg, FLeaf) or _loads(arg) else unravel(phys, pos, view, out_shape(arg.op))
 
     def elementwise(self, e: FNode, pos: Position) -> tuple[str, DType, Scope]:
         args = [self.value(a, self.arg_pos(e, k, pos)) for k, a in enumerate(e.args)]
@@ -310,6 +327,12 @@ class Emitter:
         if coop:
             self.coop.append((e, pos))
         return ref, dt, outer
+
+
+def _loads(e: FExpr) -> bool:
+    """A node that reads one of the fused op's own inputs like a leaf (parameter load_base +
+    op.index, of op.dtype): a value the body must not compute inline (gemvfused.py KernelLoad)."""
+    return isinstance(e, FNode) and getattr(e.op, "loads_input", False)
 
 
 def _combine(p: dict, g: int, sh: str) -> list[str]:

@@ -25,12 +25,13 @@ under the same rule. The kernel is laid out one of three ways (emit.py has the d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, elementwise, headers, name_code, store
 from luminal.backends.cuda.kernels.binary import KernelBinary
-from luminal.backends.cuda.kernels.emit import BLOCK, Emitter, c_of, cvar, out_shape, wide
+from luminal.backends.cuda.kernels.emit import BLOCK, TILE_MAX, Emitter, c_of, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.io import KernelCast
 from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.cuda.kernels.unary import KernelUnary
@@ -38,7 +39,7 @@ from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import fexpr
 from luminal.hlir.fexpr import FArgs, FLeaf, FNode
-from luminal.hlir.op import Op
+from luminal.hlir.op import EList, Op
 from luminal.shape.expr import Expression, ceil_div, num, prod
 from luminal.shape.tracker import contiguous_strides
 
@@ -128,29 +129,15 @@ class KernelFused(KernelOp):
         loops = ([] if ncol is None else [ncol]) + [n.op.iters for n in self.nodes() if isinstance(n.op, KernelReduce)]
         g = group_size(loops)
         rpb = BLOCK // g
-        row = cvar("row")
         rvars = tuple(cvar(f"y{j}") for j in range(len(row_shape)))
-        head = []
-        for j, (d, st) in enumerate(zip(row_shape, contiguous_strides(tuple(row_shape)), strict=True)):
-            q = row // st.substitute("z", num(1))
-            head.append(f"  const long long y{j} = {c_of(q if j == 0 else q % d)};")
+        head = [f"  {ln}" for ln in row_coords(row_shape)]
 
-        def emit(first: list | None) -> tuple[Emitter, list[str]]:
-            em = Emitter(in_dts, g, coords=True, strict=first is not None)
-            for node, pos in first or ():  # row-level reductions before any loop that reads them
-                em.value(node, pos)
-            if ncol is None:
-                name, _, _ = em.value(root, rvars)
-                return em, [f"  if (lane == 0) out[row] = {store(odt, name)};"]
-            cols = em.row_loop(ncol)  # the row's columns: one more row loop, storing the root's value
-            name, _, _ = em.value(root, (*rvars, cvar(cols.var)))
-            put = [f"out[row * ncol + {cols.var}] = {store(odt, name)};"]
-            return em, [
-                f"  const long long ncol = {c_of(ncol)};",
-                *(f"  {ln}" for ln in em.close_loop(cols, ncol, put)),
-            ]
+        def put(name: str, col: str | None) -> list[str]:
+            if col is None:
+                return [f"if (lane == 0) out[row] = {store(odt, name)};"]
+            return [f"out[row * ncol + {col}] = {store(odt, name)};"]
 
-        em, tail = emit(emit(None)[0].coop)  # a first pass finds the row-level reductions and their order
+        lines, tail = row_code(root, in_dts, g, rvars, ncol, put)
         params = "".join(f", const {d.cuda}* __restrict__ in{k}" for k, d in enumerate(in_dts))
         code = (f'extern "C" __global__ void __launch_bounds__({BLOCK}) KNAME({odt.cuda}* __restrict__ out{params}, '
                 f"const long long* __restrict__ dims) {{\n{decls}"
@@ -158,10 +145,46 @@ class KernelFused(KernelOp):
                 f"  const long long row = (long long)blockIdx.x * {rpb} + threadIdx.x / {g};\n"
                 f"  const int lane = threadIdx.x % {g};\n"
                 "  if (row >= rows) return;  // uniform per row group\n"
-                + "".join(f"{ln}\n" for ln in (*head, *(f"  {x}" for x in (*em.decls, *em.root.lines)), *tail))
+                + "".join(f"{ln}\n" for ln in (*head, *(f"  {x}" for x in (*lines, *tail))))
                 + "}\n")  # fmt: skip
         name, code = name_code(self.prefix, code)
         return Kernel(code, (Launch(name, ceil_div(prod(row_shape), num(rpb)), BLOCK),), hdrs)
+
+
+def row_coords(row_shape: EList) -> list[str]:
+    """C setting y0, y1, .. (the coordinates `cvar("y{j}")`) of row `row` in a row-major `row_shape`."""
+    row = cvar("row")
+    out = []
+    for j, (d, st) in enumerate(zip(row_shape, contiguous_strides(tuple(row_shape)), strict=True)):
+        q = row // st.substitute("z", num(1))
+        out.append(f"const long long y{j} = {c_of(q if j == 0 else q % d)};")
+    return out
+
+
+def row_code(
+    root: FNode, in_dts: tuple[DType, ...], g: int, rvars: tuple, ncol: Expression | None,
+    put: Callable[[str, str | None], list[str]], base: int = 0, acc=None, tile_max: int = TILE_MAX, load_base: int = 0,
+) -> tuple[list[str], list[str]]:  # fmt: skip
+    """The statements computing `root` over one row of a row kernel: (prelude, tail). A group of g
+    threads (`lane` < g) runs the row; row-level reductions are computed cooperatively in the
+    prelude, then the tail loops over the row's ncol columns (none: the row is one value) and runs
+    `put(C value, column variable or None)` at each. Two passes: the first finds the row-level
+    reductions and the order their loops close in, the second emits them first."""
+
+    def emit(first: list | None) -> tuple[Emitter, list[str]]:
+        em = Emitter(in_dts, g, coords=True, strict=first is not None, base=base, acc=acc, tile_max=tile_max,
+                     load_base=load_base)  # fmt: skip
+        for node, pos in first or ():  # row-level reductions before any loop that reads them
+            em.value(node, pos)
+        if ncol is None:
+            name, _, _ = em.value(root, rvars)
+            return em, put(name, None)
+        cols = em.row_loop(ncol)  # the row's columns: one more row loop, storing the root's value
+        name, _, _ = em.value(root, (*rvars, cvar(cols.var)))
+        return em, [f"const long long ncol = {c_of(ncol)};", *em.close_loop(cols, ncol, put(name, cols.var))]
+
+    em, tail = emit(emit(None)[0].coop)
+    return [*em.decls, *em.root.lines], tail
 
 
 FUSED_KERNELS = (KernelFused,)

@@ -170,85 +170,141 @@ class KernelGemv(KernelOp):
 
     def render(self, slots, variant: GemvVariant | None = None) -> Kernel:
         dt = self.dtype
-        if dt not in _DOT:
-            raise BackendError(f"KernelGemv on {dt}: only f32, f16 and bf16 have a vectorized GEMV")
-        per, dot = _DOT[dt]
-        for name, e in (("k", self.k), ("ld", self.ld)):
-            if not e.is_num or e.value % per:
-                raise BackendError(
-                    f"KernelGemv: {name} = {e} must be a literal multiple of {per} (the rule guards this)"
-                )
-        if self.ld.value < self.k.value:
-            raise BackendError(f"KernelGemv: row stride ld = {self.ld} is shorter than the row k = {self.k}")
+        check_gemv(type(self).__name__, dt, self.k, (self.ld,))
         v = variant or DEFAULT[dt]
-        code = _code(v, dt, dot, dim_decls(self.dim_names(), slots), c_expr(self.n), self.k.value // per, self.ld.value)
-        name, code = name_code(self.prefix, code)
+        src = GemvSource(dtype=dt, kv=self.k.value // _DOT[dt][0], weights=(("in1", self.ld.value),),
+                         n=c_expr(self.n), zip=True, x="in0", params=(dt, dt),
+                         store=f"out[row] = {store(dt, 'acc0')};", out=dt)  # fmt: skip
+        name, code = name_code(self.prefix, gemv_code(v, src, dim_decls(self.dim_names(), slots)))
         return Kernel(code, (Launch(name, ceil_div(self.n, num(v.rows_per_block)), v.block),), headers(dt))
 
 
-def _code(v: GemvVariant, dt: DType, dot: str, decls: str, n: str, kv: int, ld: int) -> str:
-    """CUDA C of one variant: kv 16-byte vectors per row, rows ld elements apart. Per-row state
-    lives in arrays indexed by unrolled constants (registers)."""
-    t, rows, unroll = dt.cuda, v.rows, v.unroll
+def check_gemv(op: str, dt: DType, k: Expression, lds: tuple[Expression, ...]) -> None:
+    """What every generated GEMV needs (the rules guard it): a vectorized dtype, k and each row
+    stride literal multiples of one 16-byte vector, rows no shorter than k."""
+    if dt not in _DOT:
+        raise BackendError(f"{op} on {dt}: only f32, f16 and bf16 have a vectorized GEMV")
+    per = _DOT[dt][0]
+    for name, e in (("k", k), *(("ld", ld) for ld in lds)):
+        if not e.is_num or e.value % per:
+            raise BackendError(f"{op}: {name} = {e} must be a literal multiple of {per} (the rule guards this)")
+    for ld in lds:
+        if ld.value < k.value:
+            raise BackendError(f"{op}: row stride ld = {ld} is shorter than the row k = {k}")
+
+
+@dataclass(frozen=True)
+class GemvSource:
+    """What one generated GEMV computes (the variant says how): dot products of x (kv 16-byte
+    vectors) with rows of the `weights` (C pointer name, row stride in elements).
+
+    `zip`: every output row `row` < n takes the dot product of x with row `row` of each weight,
+    as acc0 .. acc{m-1} (one weight: the plain GEMV); otherwise the weights' rows are stacked
+    (concatenated output, n = sum of `ns`): output row `row` is one dot product, acc0, with the
+    row of the weight it falls in. `x`: the C pointer x is read from, or None when `prologue`
+    fills the shared array `xs` (kv vectors) before the main loop. `store`: C statements writing
+    output row `row` from acc0..; `params`: the dtypes of in0, in1, ..."""
+
+    dtype: DType
+    kv: int
+    weights: tuple[tuple[str, int], ...]
+    n: str
+    zip: bool
+    x: str | None
+    params: tuple[DType, ...]
+    store: str
+    out: DType
+    ns: tuple[str, ...] = ()
+    prologue: str = ""
+
+
+def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
+    """CUDA C of one variant computing `src`. Per-row state lives in arrays indexed by unrolled
+    constants (registers): R = rows x (weights per output row) dot products per warp group."""
+    dt, kv = src.dtype, src.kv
+    m = len(src.weights) if src.zip else 1
+    rows, unroll, R = v.rows, v.unroll, v.rows * m
+    if 4 * unroll * (R + 1) > MAX_BATCH_REGS:
+        raise BackendError(f"GEMV {v.name}: a batch of {unroll} x {R + 1} vectors spills (fewer weights or rows)")
     step, batch = 32 * v.split, v.unroll * 32 * v.split  # lane stride, vectors per batch of a row
     full, tail = kv // batch, kv % batch  # whole batches (every lane in range), then a guarded one
-    x_smem = v.x_smem and kv * VECTOR_BYTES <= X_SMEM_MAX
+    x_smem = src.x is None or (v.x_smem and kv * VECTOR_BYTES <= X_SMEM_MAX)
     ldw = "KNAME_ldw" if v.stream else "__ldg"
     ldx = "xs[i]" if x_smem else "__ldg(x + i)"
     bounds = f"{v.block}, {v.occupancy}" if v.occupancy else f"{v.block}"
-    stage = f"""  __shared__ uint4 xs[{kv}];
-  for (int i = threadIdx.x; i < {kv}; i += {v.block}) xs[i] = __ldg(x + i);
-  __syncthreads();
-"""
+    xdecl = f"  __shared__ uint4 xs[{kv}];\n"
+    if src.x is None:  # x computed by the whole block into xs
+        stage = f"{xdecl}  {{\n{src.prologue}  }}\n  __syncthreads();\n"
+    else:
+        stage = f"  const uint4* __restrict__ x = reinterpret_cast<const uint4*>({src.x});\n"
+        if x_smem:
+            stage = (f"{xdecl}{stage}  for (int i = threadIdx.x; i < {kv}; i += {v.block}) xs[i] = __ldg(x + i);\n"
+                     "  __syncthreads();\n")  # fmt: skip
     loop = f"#pragma unroll 1\n    for (int c = 0; c < {full}; ++c) batch(c * {batch} + v0, false);\n" if full else ""
     loop += f"    batch({full * batch} + v0, true);\n" if tail else ""
+    if src.zip:  # row r of the group, weight q: dot product r * m + q
+        ptrs = "".join(f"      w[r * {m} + {q}] = reinterpret_cast<const uint4*>({p} + rr * {ld}LL);\n"
+                       for q, (p, ld) in enumerate(src.weights))  # fmt: skip
+    else:  # the weight whose stacked rows hold row rr
+        sel, off = [], "0LL"
+        for (p, ld), nq in zip(src.weights, src.ns, strict=True):
+            sel.append((f"rr < {off} + ({nq})", f"{p} + (rr - ({off})) * {ld}LL"))
+            off = f"{off} + ({nq})"
+        pick = sel[-1][1]
+        for cond, ptr in reversed(sel[:-1]):
+            pick = f"{cond} ? {ptr} : {pick}"
+        ptrs = f"      w[r] = reinterpret_cast<const uint4*>({pick});\n"
     if v.split == 1:
         combine = f"""  if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < {rows}; ++r)
-      if (row0 + r < n) out[row0 + r] = {store(dt, "acc[r]")};
+    for (int r = 0; r < {rows}; ++r) {{
+      const long long row = row0 + r;
+      if (row < n) {{ {"".join(f"const float acc{q} = acc[r * {m} + {q}]; " for q in range(m))}{src.store} }}
+    }}
 """
     else:
-        combine = f"""  __shared__ float part[{v.warps * rows}];
+        combine = f"""  __shared__ float part[{v.warps * R}];
   if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < {rows}; ++r) part[warp * {rows} + r] = acc[r];
+    for (int r = 0; r < {R}; ++r) part[warp * {R} + r] = acc[r];
   __syncthreads();
   if (threadIdx.x < {v.rows_per_block}) {{  // row r of row group g
     const int g = threadIdx.x / {rows}, r = threadIdx.x % {rows};
     const long long row = (long long)blockIdx.x * {v.rows_per_block} + threadIdx.x;
-    float sum = 0.0f;
+    float sum[{m}] = {{}};
 #pragma unroll
-    for (int s = 0; s < {v.split}; ++s) sum += part[(g * {v.split} + s) * {rows} + r];
-    if (row < n) out[row] = {store(dt, "sum")};
+    for (int q = 0; q < {m}; ++q)
+#pragma unroll
+      for (int s = 0; s < {v.split}; ++s) sum[q] += part[(g * {v.split} + s) * {R} + r * {m} + q];
+    if (row < n) {{ {"".join(f"const float acc{q} = sum[{q}]; " for q in range(m))}{src.store} }}
   }}
 """
     head = _STREAM_LOAD if v.stream else ""
+    params = "".join(f", const {d.cuda}* __restrict__ in{j}" for j, d in enumerate(src.params))
     return f"""{head}__device__ __forceinline__ float KNAME_dot(const uint4 wv, const uint4 xv, float acc) {{
-  {dot}
+  {_DOT[dt][1]}
   return acc;
 }}
 extern "C" __global__ void __launch_bounds__({bounds})
-KNAME({t}* __restrict__ out, const {t}* __restrict__ in0, const {t}* __restrict__ in1,
-      const long long* __restrict__ dims) {{
-{decls}  const long long n = {n};
+KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
+{decls}  const long long n = {src.n};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long row0 = (long long)blockIdx.x * {v.rows_per_block} + (warp / {v.split}) * {rows};
-  const uint4* __restrict__ x = reinterpret_cast<const uint4*>(in0);
-{stage if x_smem else ""}  float acc[{rows}] = {{}};
+{stage}  float acc[{R}] = {{}};
   if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
-    const uint4* __restrict__ w[{rows}];
+    const uint4* __restrict__ w[{R}];
 #pragma unroll
-    for (int r = 0; r < {rows}; ++r)
-      w[r] = reinterpret_cast<const uint4*>(in1 + (row0 + r < n ? row0 + r : n - 1) * {ld}LL);
+    for (int r = 0; r < {rows}; ++r) {{
+      const long long rr = row0 + r < n ? row0 + r : n - 1;
+{ptrs}    }}
     const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
     // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
     auto batch = [&](const int base, const bool guard) {{
-      uint4 xv[{unroll}], wv[{rows}][{unroll}];
+      uint4 xv[{unroll}], wv[{R}][{unroll}];
 #pragma unroll
       for (int j = 0; j < {unroll}; ++j)
 #pragma unroll
-        for (int r = 0; r < {rows}; ++r) {{
+        for (int r = 0; r < {R}; ++r) {{
           const int i = base + j * {step};
           wv[r][j] = !guard || i < {kv} ? {ldw}(w[r] + i) : make_uint4(0u, 0u, 0u, 0u);
         }}
@@ -260,11 +316,11 @@ KNAME({t}* __restrict__ out, const {t}* __restrict__ in0, const {t}* __restrict_
 #pragma unroll
       for (int j = 0; j < {unroll}; ++j)
 #pragma unroll
-        for (int r = 0; r < {rows}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
+        for (int r = 0; r < {R}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
     }};
 {loop}  }}
 #pragma unroll
-  for (int r = 0; r < {rows}; ++r)
+  for (int r = 0; r < {R}; ++r)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
 {combine}}}

@@ -1,10 +1,11 @@
 """Source and conversion kernels: KernelIota, KernelConstant, KernelCast.
 
 KernelIota = Iota's (expr, length) + dtype (i32): out[i] = (int)expr(z = i), 64-bit math wrapped
-to i32 like the reference. KernelConstant = Constant's value + dtype (f32): one thread writes the
-exactly-rounded f32 (hex literal, NaN/inf by bit pattern). KernelCast = Cast's (shape, strides,
-dtype) + in_dtype, with the reference's conversion rules: float -> int truncates and saturates
-(NaN -> 0), int -> int wraps, -> bool is != 0, to 16-bit floats rounds to nearest even once.
+to i32 like the reference. KernelConstant = Constant's fields (value, dtype, exact): one thread
+writes the value exactly (hex float literals, NaN/inf by bit pattern; integers as 64-bit
+literals). KernelCast = Cast's (shape, strides, dtype) + in_dtype, with the reference's conversion
+rules: float -> int truncates and saturates (NaN -> 0), int -> int wraps, -> bool is != 0, to
+16-bit floats rounds to nearest even once.
 """
 
 from __future__ import annotations
@@ -64,10 +65,29 @@ def f32_literal(value: float) -> str:
     return f"{float(v).hex()}f"
 
 
+def c_literal(value: float, exact: int, dt: DType, wide: bool = False) -> str:
+    """The C spelling of a Constant's value in dt's compute type (`wide`) or storage type, exact:
+    hex floats (bit patterns for NaN / inf), integer literals for integer dtypes."""
+    if dt == DType.f64:
+        if not math.isfinite(value):
+            bits = struct.unpack("<q", struct.pack("<d", value))[0]
+            return f"__longlong_as_double({bits}LL)"
+        return f"{value.hex()}"
+    if dt.is_float:  # f16/bf16/fp8 values are f32 values: the f32 literal is exact, the store too
+        lit = f32_literal(value)
+        return lit if wide or dt == DType.f32 else store(dt, lit)
+    if dt == DType.bool:
+        return "true" if exact else "false"
+    if exact == -(2**63):
+        return f"(({dt.cuda})(-9223372036854775807LL - 1))"
+    return f"(({dt.cuda}){exact}LL)"
+
+
 @dataclass(frozen=True)
 class KernelConstant(KernelOp):
     value: float
     dtype: DType
+    exact: int = 0
     hlir_class: ClassVar[type] = Constant
     prefix: ClassVar[str] = "const"
 
@@ -75,13 +95,15 @@ class KernelConstant(KernelOp):
         return ()
 
     def inline(self, out: str, args: list[str], pos: str, wide: bool = False) -> str:
-        return f"{out} = {f32_literal(self.value)};"
+        return f"{out} = {c_literal(self.value, self.exact, self.dtype, wide)};"
 
     def render(self, slots) -> Kernel:
-        code = (f'extern "C" __global__ void KNAME(float* __restrict__ out, const long long* __restrict__ dims) {{\n'
+        dt = self.dtype
+        sig = f"({dt.cuda}* __restrict__ out, const long long* __restrict__ dims)"
+        code = (f'extern "C" __global__ void KNAME{sig} {{\n'
                 f"  if (blockIdx.x == 0 && threadIdx.x == 0) {self.inline('out[0]', [], '0')}\n}}\n")  # fmt: skip
         name, code = name_code(self.prefix, code)
-        return Kernel(code, (Launch(name, ONE, 1),), frozenset())
+        return Kernel(code, (Launch(name, ONE, 1),), headers(dt))
 
 
 def convert(src: DType, dst: DType, x: str) -> tuple[str, str]:

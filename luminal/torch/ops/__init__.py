@@ -1,0 +1,1 @@
+"""ATen op handlers by family; each module registers its ops in luminal/torch/registry.py."""

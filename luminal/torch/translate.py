@@ -1,0 +1,304 @@
+"""ATen FX graph -> luminal Graph: one walk over the nodes, one registry lookup per op.
+
+Both frontends meet here: `luminal.torch.compile` (torch.export, then decompositions) and the
+`torch.compile` backend (Dynamo, then AOTAutograd) hand over an FX graph of ATen ops whose
+placeholders are weights, buffers, user tensors and SymInts. Placeholders become graph inputs
+(weights and unmutated buffers persistent), SymInts become dims, each op goes through its handler
+(luminal/torch/registry.py), and every result is checked against torch's own metadata for the
+node (rank, sizes, dtype) so a handler bug is a CompileError here, not a wrong number later.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+import luminal as lm
+from luminal.dtype import DType
+from luminal.errors import CompileError, LuminalError
+from luminal.shape.expr import Expression
+from luminal.shape.tracker import ShapeTracker
+from luminal.torch import registry
+from luminal.torch.symbolic import to_expr
+from luminal.torch.tensors import lm_dtype
+
+log = logging.getLogger(__name__)
+
+
+class UnsupportedOpError(CompileError):
+    """An ATen op the translator has no handler for (or cannot translate with these arguments)."""
+
+
+@dataclass
+class InputSpec:
+    """One placeholder: a tensor input (`name`), a SymInt (`expr`), or a constant Python value."""
+
+    kind: str  # "tensor" | "sym" | "const"
+    name: str | None = None
+    persistent: bool = False
+    expr: Expression | None = None
+    shape: tuple[Expression, ...] = ()
+
+
+@dataclass
+class OutputSpec:
+    """One graph output: a luminal output `name` of torch dtype `dtype`, a symbolic int, or None."""
+
+    kind: str  # "tensor" | "sym" | "none" | "const"
+    name: str | None = None
+    dtype: torch.dtype | None = None
+    expr: Expression | None = None
+    value: object = None
+
+
+@dataclass
+class Translation:
+    graph: lm.Graph
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # dim -> (min, max)
+    aten_ops: set[str] = field(default_factory=set)  # the ATen overloads this graph used
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr tensors, bound persistent
+
+
+def where_from(node: torch.fx.Node) -> str:
+    """The user's source line a node came from (the last frame of its stack trace)."""
+    st = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in st.strip().splitlines() if ln.strip()]
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    if not frames:
+        return "(no source location recorded)"
+    i = frames[-1]
+    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
+    return f"{lines[i]}: {code}" if code else lines[i]
+
+
+def _meta(node) -> object:
+    return node.meta.get("val", node.meta.get("example_value")) if isinstance(node, torch.fx.Node) else node
+
+
+class Missing:
+    """An output of a multi-output op that is not translated (SDPA's logsumexp, ...): an error if used."""
+
+    def __init__(self, what: str, node: torch.fx.Node):
+        self._what, self._node = what, node
+
+    def __getattr__(self, name):
+        raise UnsupportedOpError(f"{self._what} is not translated but is used (at {where_from(self._node)})")
+
+
+@dataclass
+class Call:
+    """The node being translated, as its handler sees it."""
+
+    node: torch.fx.Node
+    graph: lm.Graph
+
+    @property
+    def meta(self):
+        return _meta(self.node)
+
+    @property
+    def dtype(self) -> DType:
+        """The luminal dtype of the (first) tensor output, as torch computed it."""
+        m = self.meta
+        m = m[0] if isinstance(m, (tuple, list)) else m
+        return lm_dtype(m.dtype)
+
+    @property
+    def shape(self) -> tuple[Expression, ...]:
+        m = self.meta
+        m = m[0] if isinstance(m, (tuple, list)) else m
+        return tuple(to_expr(d) for d in m.shape)
+
+    def shape_of(self, i: int) -> tuple[Expression, ...]:
+        return tuple(to_expr(d) for d in self.meta[i].shape)
+
+    def arg_meta(self, i: int):
+        a = self.node.args[i] if i < len(self.node.args) else None
+        return _meta(a)
+
+    def common_dtype(self, *positions: int) -> DType:
+        """torch's promoted dtype of the listed arguments (tensors and scalars), e.g. for comparisons."""
+        from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+        vals = [v for v in (self.arg_meta(i) for i in positions) if v is not None]
+        vals = [1 if isinstance(v, torch.SymInt) else 1.0 if isinstance(v, torch.SymFloat) else v for v in vals]
+        _, dt = elementwise_dtypes(*vals, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        return lm_dtype(dt)
+
+    def tensor(self, x, dtype: DType | None = None):
+        """x as a GraphTensor of `dtype` (default: the output dtype): casts tensors, lifts scalars."""
+        dt = dtype or self.dtype
+        if isinstance(x, lm.GraphTensor):
+            return x.cast(dt)
+        if isinstance(x, Expression):
+            t = self.graph.iota(x, ())
+            return t.cast(dt)
+        if isinstance(x, bool) and dt != DType.bool:
+            x = int(x)
+        if isinstance(x, float) and not dt.is_float:
+            return self.graph.constant(x, DType.f64).cast(dt)
+        return self.graph.constant(x, dt)
+
+    def fix(self, t, dims):
+        """t with its view's dims spelled as `dims` (torch's sizes for the same values; luminal's own
+        symbolic slice arithmetic is correct but unsimplified, e.g. a select's min/max length)."""
+        return t.with_view(ShapeTracker(tuple(to_expr(d) for d in dims), t.view.strides))
+
+    def unsupported(self, why: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"{self.node.target}: {why} (node {self.node.name}, at {where_from(self.node)})")
+
+
+class Translator:
+    """Walks one FX graph. `input_kinds[i]` says how placeholder i is bound (see InputSpec)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None):
+        self.gm = gm
+        self.g = lm.Graph()
+        self.persistent = persistent or set()
+        self.names = names
+        self.env: dict[torch.fx.Node, object] = {}
+        self.inputs: list[InputSpec] = []
+        self.outputs: list[OutputSpec] = []
+        self.used: set[str] = set()
+        self.constants: dict[str, torch.Tensor] = {}
+        self.handlers = registry.load()
+
+    def run(self) -> Translation:
+        placeholder = 0
+        for node in self.gm.graph.nodes:
+            try:
+                if node.op == "placeholder":
+                    self.env[node] = self._placeholder(node, placeholder)
+                    placeholder += 1
+                elif node.op == "get_attr":
+                    self.env[node] = self._attr(node)
+                elif node.op == "call_function":
+                    self.env[node] = self._call(node)
+                elif node.op == "output":
+                    self._output(node)
+                else:
+                    raise UnsupportedOpError(f"FX node kind {node.op} ({node.target}) at {where_from(node)}")
+            except LuminalError as e:
+                if isinstance(e, UnsupportedOpError) or "(node " in str(e):
+                    raise
+                raise type(e)(f"{e} (ATen {node.target}, node {node.name}, at {where_from(node)})") from e
+        return Translation(self.g, self.inputs, self.outputs, aten_ops=self.used, constants=self.constants)
+
+    # -- placeholders and constants ---------------------------------------------------------------
+    def _placeholder(self, node: torch.fx.Node, i: int):
+        val = _meta(node)
+        if isinstance(val, torch.SymInt):
+            e = to_expr(val)
+            self.inputs.append(InputSpec("sym", expr=e))
+            return e
+        if isinstance(val, torch.Tensor):
+            name = self.names[i] if self.names else node.name
+            shape = tuple(to_expr(d) for d in val.shape)
+            t = self.g.tensor(name, shape, lm_dtype(val.dtype))
+            if i in self.persistent:
+                t.persist()
+            self.inputs.append(InputSpec("tensor", name, i in self.persistent, shape=shape))
+            return t
+        self.inputs.append(InputSpec("const"))
+        return val
+
+    def _attr(self, node: torch.fx.Node):
+        val = operator.attrgetter(node.target)(self.gm)
+        if not isinstance(val, torch.Tensor):
+            return val
+        # a tensor constant of the graph: a persistent input the Program binds itself (not an argument)
+        name = f"const.{node.target}"
+        t = self.g.tensor(name, tuple(val.shape), lm_dtype(val.dtype)).persist()
+        self.constants[name] = val
+        return t
+
+    # -- ops ----------------------------------------------------------------------------------------
+    def _value(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._value(x) for x in a)
+        if isinstance(a, torch.SymInt):
+            return to_expr(a)
+        return a
+
+    def _call(self, node: torch.fx.Node):
+        target = node.target
+        val = _meta(node)
+        if target is operator.getitem:
+            seq, k = self._value(node.args[0]), node.args[1]
+            out = seq[k]
+            return out if out is not None else Missing(f"output {k} of {node.args[0].target}", node)
+        if (
+            isinstance(val, (torch.SymInt, int))
+            and not isinstance(val, bool)
+            and not isinstance(target, torch._ops.OpOverload)
+        ):
+            return to_expr(val)  # symbolic-int arithmetic (operator.mul, sym_size, ...): torch already folded it
+        name = str(target)
+        if isinstance(val, torch.SymInt) and name in (
+            "aten.sym_size.int",
+            "aten.sym_numel.default",
+            "aten.sym_stride.int",
+        ):
+            return to_expr(val)
+        if name in registry.IGNORED:
+            return None
+        h = self.handlers.get(name)
+        if h is None:
+            raise UnsupportedOpError(
+                f"luminal has no translation for the ATen op {name} (target {target!r}) at {where_from(node)}; "
+                "see docs/torch.md for the supported ops, or compile with fallback=True to run this graph eagerly"
+            )
+        self.used.add(name)
+        c = Call(node, self.g)
+        out = h.fn(c, *self._value(tuple(node.args)), **{k: self._value(v) for k, v in node.kwargs.items()})
+        return self._check(c, out, val)
+
+    def _check(self, c: Call, out, val):
+        """Align a handler's result with torch's metadata: dtype cast, symbolic dims spelled torch's way."""
+        if isinstance(val, (tuple, list)):
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            return tuple(self._check(c, o, v) if o is not None else None for o, v in zip(outs, val, strict=False))
+        if not isinstance(val, torch.Tensor):
+            return out
+        if not isinstance(out, lm.GraphTensor):
+            out = c.tensor(out, lm_dtype(val.dtype))
+        want = tuple(to_expr(d) for d in val.shape)
+        if len(want) != out.ndim:
+            raise CompileError(f"{c.node.target}: translated rank {out.ndim} {list(out.shape)} != torch's {list(want)}")
+        for got, w in zip(out.shape, want, strict=True):
+            if got is not w and (got.is_num and w.is_num):
+                raise CompileError(f"{c.node.target}: translated shape {list(out.shape)} != torch's {list(want)}")
+        if out.shape != want:  # same sizes, spelled differently (min/max folds): use torch's spelling
+            out = out.with_view(ShapeTracker(want, out.view.strides))
+        dt = lm_dtype(val.dtype)
+        return out.cast(dt) if out.dtype != dt else out
+
+    def _output(self, node: torch.fx.Node) -> None:
+        for k, a in enumerate(pytree.tree_leaves(node.args[0], is_leaf=lambda x: x is None)):
+            v = self._value(a)
+            if isinstance(v, Missing):
+                _ = v.dtype  # raises: an untranslated output is returned
+            if v is None:
+                self.outputs.append(OutputSpec("none"))
+            elif isinstance(v, lm.GraphTensor):
+                name = f"out{k}"
+                v.output(name)
+                self.outputs.append(OutputSpec("tensor", name, dtype=_meta(a).dtype))
+            elif isinstance(v, Expression):
+                self.outputs.append(OutputSpec("sym", expr=v))
+            else:
+                self.outputs.append(OutputSpec("const", value=v))
+
+
+def translate(gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None):
+    """Translate `gm` (ATen ops) into a luminal Graph plus the binding specs the runtime needs."""
+    return Translator(gm, persistent, names).run()

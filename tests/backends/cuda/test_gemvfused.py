@@ -1,0 +1,382 @@
+"""KernelGemvFused (kernels/gemvfused.py, gemvfused.egg): the decode GEMV fused with a row
+normalization prologue, a residual / bias epilogue and the gated act(gate) * up of two GEMVs.
+
+CPU: the preferred plan of each block at s = 1 is the expected number of launches with the fused
+op in it (and none where the rules must not fire), every sampled extraction equals the reference,
+the kernels compile with NVRTC for sm_90, plans survive the LLIR JSON round trip; a 1-layer
+llama-3.2-1b-shaped decode graph uses the fused op and needs fewer launches than without it.
+GPU (`cuda`): the same blocks and extractions against the reference on the device.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.backend import CudaBackend
+from luminal.backends.cuda.host import HostOp
+from luminal.backends.cuda.kernel import KernelOp, source
+from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS, KernelGemvFused, KernelSlice
+from luminal.egraph.compile import build_egraph, preference
+from luminal.egraph.llir import LLIRGraph
+from luminal.egraph.search import sample_genomes
+from luminal.hlir import HLIR_OPS
+from tests.backends.cuda.test_lowering import CpuCudaBackend
+from tests.helpers import assert_matches
+
+SLOTS = {"s": 0, "p": 1, "r": 2, "!error": 3}
+D, H = 64, 96  # model dim, hidden
+
+
+def _norm(g, x, dt, name="w"):
+    w = g.tensor(name, (D,), dt).persist()
+    return (x.cast(lm.f32).rms_norm(-1, 1e-5) * w.cast(lm.f32)).cast(dt)
+
+
+def _lin(g, x, name, d_in, d_out, dt):
+    return x @ g.tensor(name, (d_out, d_in), dt).persist().T
+
+
+def _prologue(g, dt):
+    x = g.tensor("x", ("s", D), dt)
+    return _lin(g, _norm(g, x, dt), "W", D, H, dt)
+
+
+def _residual(g, dt):
+    x, h = g.tensor("x", ("s", D), dt), g.tensor("h", ("s", H), dt)
+    return h + _lin(g, x, "W", D, H, dt)
+
+
+def _bias_first(g, dt):
+    x, b = g.tensor("x", ("s", D), dt), g.tensor("b", (H,), dt).persist()
+    return b.unsqueeze(0) + _lin(g, x, "W", D, H, dt)
+
+
+def _gated(g, dt, act="silu"):
+    x = g.tensor("x", ("s", D), dt)
+    a = getattr(_lin(g, x, "Wg", D, H, dt), act)()
+    return a * _lin(g, x, "Wu", D, H, dt)
+
+
+def _up_gated(g, dt):  # up * act(gate): the product the other way round
+    x = g.tensor("x", ("s", D), dt)
+    return _lin(g, x, "Wu", D, H, dt) * _lin(g, x, "Wg", D, H, dt).gelu_tanh()
+
+
+def _mlp_block(g, dt):
+    """Llama's MLP half-block: h + down(silu(gate(norm(h))) * up(norm(h)))."""
+    h = g.tensor("h", ("s", D), dt)
+    x = _norm(g, h, dt)
+    a = _lin(g, x, "Wg", D, H, dt).silu() * _lin(g, x, "Wu", D, H, dt)
+    return h + _lin(g, a, "Wd", H, D, dt)
+
+
+def _qkv(g, dt):
+    """Three projections of one normalized x (widths 96, 32, 32): one stacked GEMV, three slices."""
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    _lin(g, x, "Wk", D, 32, dt).output("k")
+    (_lin(g, x, "Wv", D, 32, dt) * 2.0).output("v")
+    return _lin(g, x, "Wq", D, H, dt)
+
+
+def _plain(g, dt):  # x read from its buffer: nothing to fuse, the plain decode GEMV
+    return _lin(g, g.tensor("x", ("s", D), dt), "W", D, H, dt)
+
+
+# name -> (build, launches in the preferred plan at s = 1, of them KernelGemvFused)
+BLOCKS = {
+    "prologue": (_prologue, 1, 1),
+    "residual": (_residual, 1, 1),
+    "bias_first": (_bias_first, 1, 1),
+    "gated_silu": (_gated, 1, 1),
+    "gated_gelu_tanh": (lambda g, dt: _gated(g, dt, "gelu_tanh"), 1, 1),
+    "up_gated": (_up_gated, 1, 1),
+    "mlp_block": (_mlp_block, 2, 2),
+    "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
+    "plain": (_plain, 1, 0),
+}
+
+
+def _graph(name: str, dt) -> lm.Graph:
+    g = lm.Graph()
+    BLOCKS[name][0](g, dt).output("y")
+    return g
+
+
+def _feed(g: lm.Graph, env: dict, seed: int) -> dict:
+    """Uniform inputs; weight matrices (W*, (out, in)) scaled by 1/sqrt(in) as in trained models, so
+    every value stays O(1) and a tolerance relative to it means what it says."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, sh in g.input_shapes.items():
+        shape = tuple(int(d.evaluate(env)) for d in sh)
+        scale = shape[-1] ** -0.5 if n.startswith("W") else 1.0
+        out[n] = (rng.uniform(-1, 1, shape) * scale).astype(g.nodes[g.inputs[n]].dtype.np)
+    return out
+
+
+def _preferred(g: lm.Graph, backend=None, bounds=None) -> LLIRGraph:
+    b = backend or CpuCudaBackend()
+    view = build_egraph(g, b, bounds if bounds is not None else {"s": (1, 1)})
+    return view.extract(view.repair(view.preferred_genome(preference(b))))
+
+
+def _launches(llir: LLIRGraph) -> list:
+    """The ops that launch work: kernels and library calls, less aliases (a view of their input)."""
+    return [n.op for n in llir.nodes if isinstance(n.op, (KernelOp, HostOp)) and getattr(n.op, "alias", _no)() is None]
+
+
+def _no():
+    return None
+
+
+def _check(g: lm.Graph, llir: LLIRGraph, feed: dict, dt, what: str, run=None, tol: float = 1.0) -> None:
+    """Every output of `llir` (run by reference semantics, or `run`) against the reference."""
+    want = g.compile("reference", cache=False).run(feed)
+    got = (run or CpuCudaBackend().load(llir).run)(feed, {"s": 1})
+    for name, arr in want.items():
+        assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, dt, tol, f"{what}/{name} {llir.op_counts()}")
+
+
+def _compiles(ops) -> None:
+    kernels = [op.render(SLOTS) for op in ops if isinstance(op, KernelOp)]
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("dt", [lm.f32, lm.bf16], ids=str)
+def test_preferred_plan_fuses_at_s1(name, dt):
+    g = _graph(name, dt)
+    llir = _preferred(g)
+    ops = _launches(llir)
+    _, want, want_fused = BLOCKS[name]
+    fused = [op for op in ops if isinstance(op, KernelGemvFused)]
+    assert (len(ops), len(fused)) == (want, want_fused), llir.op_counts()
+    _compiles(ops)
+    classes = {c.__name__: c for c in (*HLIR_OPS, *CudaBackend.ops)}
+    assert LLIRGraph.from_json(llir.to_json(), classes).fingerprint() == llir.fingerprint()
+    _check(g, llir, _feed(g, {"s": 1}, 3), dt, name)
+
+
+@pytest.mark.parametrize("dt,dim,hidden", [(lm.bf16, 4096, 14336), (lm.f32, 8192, 2048), (lm.f16, 2048, 8192)],
+                         ids=["bf16-8b", "f32-k8192", "f16-1b"])  # fmt: skip
+def test_real_shapes_compile_for_sm90(dt, dim, hidden):
+    """The MLP half-block at model shapes: a long computed x in shared memory (k = dim), its norm's
+    reduction over more values than a thread keeps in registers, the gated pair and the down GEMV."""
+    g = lm.Graph()
+    h = g.tensor("h", ("s", dim), dt)
+    w = g.tensor("w", (dim,), dt).persist()
+    x = (h.cast(lm.f32).rms_norm(-1, 1e-5) * w.cast(lm.f32)).cast(dt)
+    a = _lin(g, x, "Wg", dim, hidden, dt).silu() * _lin(g, x, "Wu", dim, hidden, dt)
+    (h + _lin(g, a, "Wd", hidden, dim, dt)).output("y")
+    ops = _launches(_preferred(g))
+    assert [type(op).__name__ for op in ops] == ["KernelGemvFused"] * 2 and ops[0].x, ops
+    _compiles(ops)
+
+
+def test_what_each_fused_op_holds():
+    (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
+    assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
+    kinds = {type(n.op).__name__ for n in pro.nodes()}
+    assert {"KernelSumReduce", "KernelSqrt", "KernelRecip", "KernelAcc"} <= kinds, kinds
+    (res,) = _launches(_preferred(_graph("residual", lm.bf16)))
+    assert res.x == () and type(res.epi[0].op).__name__ == "KernelAdd", res  # x read from its buffer
+    (gated,) = _launches(_preferred(_graph("gated_silu", lm.bf16)))
+    assert len(gated.ns) == 2 and gated.out_size() is gated.ns[0], gated
+    down = [op for op in _launches(_preferred(_graph("mlp_block", lm.bf16))) if op.epi and op.m == 1]
+    assert len(down) == 1 and down[0].x == (), down  # the gated product is read, not recomputed per block
+
+
+def test_rules_do_not_fire_off_decode():
+    """s unbounded (prefill): no m = 1 GEMV, so no fused GEMV; the kernel plan stays correct."""
+    for name in ("prologue", "residual", "gated_silu"):
+        g = _graph(name, lm.f32)
+        llir = _preferred(g, bounds={})
+        assert not any(isinstance(op, KernelGemvFused) for op in _launches(llir)), (name, llir.op_counts())
+
+
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "up_gated", "mlp_block", "qkv"])
+def test_every_sampled_extraction_matches_the_reference(name):
+    g = _graph(name, lm.f32)
+    view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
+    feed = _feed(g, {"s": 1}, 1)
+    llirs = sample_genomes(view, 16, seed=5)
+    assert any(isinstance(n.op, KernelGemvFused) for ll in llirs for n in ll.nodes)
+    assert any(not any(isinstance(n.op, KernelGemvFused) for n in ll.nodes) for ll in llirs)  # unfused too
+    for llir in llirs:
+        _check(g, llir, feed, lm.f32, name)
+
+
+class _Unfused(CpuCudaBackend):
+    """The same rules, without the fused GEMV ops (extraction cannot choose them): the plan before."""
+
+    ops = tuple(c for c in CpuCudaBackend.ops if c not in GEMV_FUSED_OPS)
+
+
+def llama_layer_plans(dtype=lm.f32) -> tuple[LLIRGraph, LLIRGraph]:
+    """The preferred decode plans (s = 1) of a 1-layer llama-3.2-1b-shaped graph (vocab 1024),
+    without and with the fused GEMVs."""
+    from luminal.models import llama
+
+    cfg = replace(llama.CONFIGS["llama-3.2-1b"], n_layers=1, vocab_size=1024)
+    g = llama.Transformer(cfg, 256).graph
+    before, after = (_preferred(g, b, {"s": (1, 1), "r": (1, 1)}) for b in (_Unfused(), CpuCudaBackend()))
+    return before, after
+
+
+def launch_summary(llir: LLIRGraph) -> dict:
+    counts = {k: v for k, v in llir.op_counts().items() if k not in ("Input", "Output")}
+    return {"launches": len(_launches(llir)), **counts}
+
+
+def test_llama_decode_layer_uses_fused_gemvs():
+    before, after = llama_layer_plans()
+    print(f"\nllama-3.2-1b, 1 layer, vocab 1024, s = 1 -- before: {launch_summary(before)}\n"
+          f"  after: {launch_summary(after)}")  # fmt: skip
+    fused = [n.op for n in after.nodes if isinstance(n.op, KernelGemvFused)]
+    shapes = sorted((tuple(int(e.value) for e in op.ns), bool(op.x), type(op.epi[0].op).__name__ if op.epi else None)
+                    for op in fused)  # fmt: skip
+    assert shapes == [
+        ((1024,), True, "KernelAcc"),  # lm_head with the final norm
+        ((2048,), False, "KernelAdd"),  # o_proj + residual (reads the attention output)
+        ((2048,), False, "KernelAdd"),  # down_proj + residual (reads the gated product)
+        ((2048, 512, 512), True, None),  # q, k, v stacked, with the attention norm
+        ((8192, 8192), True, "KernelMul"),  # gate, up and silu(gate) * up, with the MLP norm
+    ], shapes
+    # every normalized x loads h (the residual stream) from its buffer; every residual is loaded too:
+    # no op recomputes the stream inline, so its input count does not grow with depth
+    assert all(op.n_inputs <= op.m + 3 for op in fused), [(op.m, op.n_inputs) for op in fused]
+    assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 3
+    assert len(_launches(after)) <= len(_launches(before)) - 8, (launch_summary(before), launch_summary(after))
+    _compiles(_launches(after))
+
+
+def test_the_cuda_runtime_runs_fused_plans_on_the_fake_device(monkeypatch):
+    """The runtime's view of the fused ops (inputs, views, arena, launches, graph replay), on the
+    fake driver (each launch runs the op's reference on the bytes behind its pointers)."""
+    from luminal.backends.cuda import runtime
+    from tests.backends.cuda import fake_driver
+
+    monkeypatch.setattr(runtime, "driver", fake_driver)
+    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
+    fake_driver.reset()
+    try:
+        for name in ("mlp_block", "qkv", "prologue"):
+            g = _graph(name, lm.bf16)
+            llir = _preferred(g)
+            ex = runtime.CudaExecutor(llir.nodes)
+            fake_driver.bind(ex)
+            for seed in (1, 2):
+                _check(g, llir, _feed(g, {"s": 1}, seed), lm.bf16, f"{name} fake device", ex.run)
+    finally:
+        fake_driver.reset()
+
+
+# -- the generated C on the CPU (g++, one std::thread per CUDA thread: tests/backends/cuda/test_gemv.py) -----
+_RUN = r"""
+extern "C" void run_{name}(void** a, const long long* dims, int grid, int block) {{
+  std::barrier<> bar(block); block_bar = &bar;  // one thread per CUDA thread, reused block after block
+  for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < block; ++t)
+    ts.emplace_back([=, &bar] {{
+      threadIdx.x = t;
+      for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims); bar.arrive_and_wait(); }}
+    }});
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < block / 32; ++i) delete warp_bar[i];
+}}
+"""
+_CTYPE = {lm.f32: "float", lm.bf16: "__nv_bfloat16"}
+
+
+class _OnCpu:
+    """A KernelGemvFused whose `reference` runs its rendered CUDA C (compiled by g++) instead."""
+
+    def __init__(self, op: KernelGemvFused, kernel, so):
+        self.op, self.kernel, self.fn = op, kernel, getattr(so, f"run_{kernel.launches[0].name}")
+
+    def reference(self, ins, in_dtypes, env):
+        import ctypes
+
+        out = np.full(int(self.op.out_size().evaluate(env)) + 1, np.nan, self.op.out_dtype(in_dtypes).np)
+        bufs = [out, *(np.ascontiguousarray(x) for x in ins)]
+        ptrs = (ctypes.c_void_p * len(bufs))(*(b.ctypes.data for b in bufs))
+        dims = np.array([env.get(k, 0) for k in sorted(SLOTS, key=SLOTS.get)], np.int64)
+        (ln,) = self.kernel.launches
+        self.fn(ptrs, ctypes.c_void_p(dims.ctypes.data), int(ln.grid.evaluate(env)), ln.block)
+        assert np.isnan(out[-1].astype(np.float32)), "the kernel wrote past its output"
+        return out[:-1]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
+def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, dt=lm.bf16):
+    """bf16 (the dtype the zoo decodes in; f32 differs only in the dot product, which test_gemv runs):
+    the prologue, both epilogues, the gated pair and the stacked q/k/v."""
+    import ctypes
+    import subprocess
+    from types import SimpleNamespace
+
+    from luminal.backends.cuda.kernel import PRELUDE
+    from luminal.backends.reference.executor import ReferenceExecutor
+    from tests.backends.cuda.test_gemv import _SHIM
+
+    names = ("prologue", "mlp_block", "up_gated", "qkv")
+    plans = {name: _preferred(_graph(name, dt)) for name in names}
+    ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
+    kernels = {op: op.render(SLOTS) for op in ops}
+    runs = ""
+    for op, k in kernels.items():
+        params = [op.out_dtype((op.dtype,) * op.base + op.leaf_dtypes()), *(op.dtype,) * op.base, *op.leaf_dtypes()]
+        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params))
+        runs += _RUN.format(name=k.launches[0].name, args=args)
+    src, lib = tmp_path / "gemvfused.cpp", tmp_path / "gemvfused.so"
+    src.write_text(_SHIM + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
+    done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    so = ctypes.CDLL(str(lib))
+    for name, llir in plans.items():
+        g = _graph(name, dt)
+        nodes = [SimpleNamespace(op=_OnCpu(n.op, kernels[n.op], so), inputs=n.inputs, dtype=n.dtype)
+                 if isinstance(n.op, KernelGemvFused) else n for n in llir.nodes]  # fmt: skip
+        _check(g, llir, _feed(g, {"s": 1}, 7), dt, f"{name} on cpu", ReferenceExecutor(nodes, llir.outputs).run)
+
+
+# -- GPU ------------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("dt", [lm.f32, lm.f16, lm.bf16], ids=str)
+def test_fused_gemv_blocks_on_the_gpu(name, dt):
+    """The preferred (fused) plan and the plan search picks, on the device, against the reference."""
+    g = _graph(name, dt)
+    backend = CudaBackend()
+    llir = _preferred(g, backend)
+    m = g.compile("cuda", cache=False, buckets={"s": [(1, 1)]})
+    for seed in range(3):
+        feed = _feed(g, {"s": 1}, seed)
+        _check(g, llir, feed, dt, f"{name} preferred", backend.load(llir).run, 2.0)
+        _check(g, m.plans[0], feed, dt, f"{name} searched", lambda f, env: m.run(f), 2.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["prologue", "residual", "gated_silu", "mlp_block", "qkv"])
+def test_every_sampled_extraction_agrees_on_the_gpu(name):
+    g = _graph(name, lm.bf16)
+    backend = CudaBackend()
+    view = build_egraph(g, backend, {"s": (1, 1)})
+    feed = _feed(g, {"s": 1}, 5)
+    rng = random.Random(0)
+    seen = set()
+    for gen in [view.preferred_genome(preference(backend))] + [view.random_genome(rng) for _ in range(12)]:
+        llir = view.extract(view.repair(gen))
+        if llir.fingerprint() in seen:
+            continue
+        seen.add(llir.fingerprint())
+        _check(g, llir, feed, lm.bf16, name, backend.load(llir).run, 2.0)

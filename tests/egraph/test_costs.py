@@ -1,0 +1,108 @@
+"""Per-op costs for search (luminal/egraph/costs.py): each op measured once, memoized across
+candidates, layers, compiles and (for device backends) processes; a failing op only skips candidates."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import luminal as lm
+from luminal.backends.reference.backend import ReferenceBackend
+from luminal.egraph import costs
+from luminal.egraph.compile import CompileOptions, compile_plans
+from luminal.hlir import Input, Output
+from tests.egraph.test_equivalence import causal_attention, mlp
+from tests.egraph.test_roll import decoder
+
+
+class CountingBackend(ReferenceBackend):
+    """The reference backend, counting the one-op plans it is asked to measure (like a device backend,
+    its costs go to the on-disk cache)."""
+
+    cost_cache = True
+
+    def __init__(self, fail_op: str | None = None):
+        self.measured: list[str] = []
+        self.fail_op = fail_op
+
+    @property
+    def device(self) -> str:
+        return "counting-cpu"
+
+    def measure(self, plans, env):
+        out = []
+        for p in plans:
+            (op,) = [type(n.op).__name__ for n in p.nodes if not isinstance(n.op, (Input, Output))]
+            self.measured.append(op)
+            out.append(f"BackendError: {op} failed to compile (test)" if op == self.fail_op else self.profile(p, env))
+        return out
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo():
+    costs.clear_memo()
+    yield
+    costs.clear_memo()
+
+
+def _graph(build=causal_attention):
+    g = lm.Graph()
+    build(g)
+    return g
+
+
+def _compile(g, be, **kw):
+    return compile_plans(g, be, CompileOptions(**({"cache": False} | kw)))
+
+
+def test_each_op_is_measured_once_across_candidates_and_layers():
+    be = CountingBackend()
+    _, _, st = _compile(decoder(6), be, search_budget=24)
+    prof = st["profiling"]
+    assert prof["ops_measured"] == len(be.measured) > 0
+    assert prof["op_hits"] > prof["ops_measured"]  # candidates share most of their ops
+    assert prof["measure_calls"] <= 12  # batched: one call per batch of candidates, not per op
+
+
+def test_costs_are_reused_across_compiles_in_process():
+    be = CountingBackend()
+    _compile(_graph(), be)
+    n = len(be.measured)
+    _, _, st = _compile(_graph(), be, seed=5)  # other search, same ops
+    assert len(be.measured) == n and st["profiling"]["ops_measured"] == 0 and st["profiling"]["op_hits"] > 0
+
+
+def test_costs_are_reused_across_processes_through_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    be = CountingBackend()
+    _compile(_graph(), be, cache=True)
+    n = len(be.measured)
+    costs.clear_memo()  # a new process: only the disk remembers
+    _, _, st = _compile(_graph(), be, cache=True, seed=9)  # e-graph from the cache, a new search
+    assert st["buckets"][0]["cache"] == "egraph"
+    assert len(be.measured) == n and st["profiling"]["ops_measured"] == 0
+
+
+def test_search_is_reproducible_for_a_seed():
+    plans = [_compile(_graph(), CountingBackend(), seed=4, search_budget=12)[1][0].fingerprint() for _ in range(2)]
+    costs.clear_memo()
+    plans.append(_compile(_graph(), CountingBackend(), seed=4, search_budget=12)[1][0].fingerprint())
+    assert len(set(plans)) == 1
+
+
+def test_a_candidate_whose_op_fails_to_compile_is_skipped(caplog):
+    be = CountingBackend(fail_op="NumpyMatmul")
+    with caplog.at_level(logging.INFO, logger="luminal"):
+        _, (llir,), st = _compile(_graph(mlp), be, search_budget=8)
+    assert "NumpyMatmul" not in llir.op_counts()  # never chosen: the plan is built from ops that work
+    assert st["profiling"]["ops_failed"] >= 1 and st["buckets"][0]["failed"] >= 1
+    assert "NumpyMatmul failed to compile (test)" in caplog.text
+
+
+def test_one_op_plan_isolates_a_node():
+    _, (llir,), _ = _compile(_graph(mlp), ReferenceBackend())
+    i = next(i for i, n in enumerate(llir.nodes) if n.inputs and not isinstance(n.op, Output))
+    p = costs.one_op_plan(llir, i)
+    assert [type(n.op).__name__ for n in p.nodes][-2:] == [type(llir.nodes[i].op).__name__, "Output"]
+    assert len(p.nodes) == len(llir.nodes[i].inputs) + 2 and p.nodes[-2].dtype == llir.nodes[i].dtype

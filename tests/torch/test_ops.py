@@ -1,0 +1,62 @@
+"""One case per translated ATen op against eager torch (tests/torch/cases.py); the registry and the
+cases must list the same ops, so an op cannot be added without a test."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from luminal.torch import decompositions, registry  # noqa: E402
+from tests.torch.cases import CASES, DTYPES, EXPORT_ONLY, Case, make_inputs  # noqa: E402
+from tests.torch.util import assert_close, compile_fn  # noqa: E402
+
+PARAMS = [pytest.param(case, dt, id=f"{case.name}-{dt}") for case in CASES for dt in case.dtypes]
+
+
+def _eager(case: Case, args):
+    ref = case.ref or case.fn
+    with torch.no_grad():
+        out = ref(*args)
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+def _wide(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+@pytest.mark.parametrize("case,dt", PARAMS)
+def test_op(case: Case, dt: str):
+    gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
+    example = make_inputs(case, DTYPES[dt], case.sizes[0], gen)
+    dynamic = [{i for i, d in enumerate(a.shape) if isinstance(d, str)} for a in case.args]
+    prog = compile_fn(case.fn, example, dynamic)
+    missing = set(case.ops) - prog.aten_ops
+    assert not missing, f"{case.name}: the traced graph has no {sorted(missing)} (it has {sorted(prog.aten_ops)})"
+    for sizes in case.sizes:
+        args = make_inputs(case, DTYPES[dt], sizes, gen)
+        got = prog(*args)
+        want = _eager(case, args)
+        wide = _eager(case, [_wide(a) for a in args]) if case.wide else want
+        assert len(got) == len(want), f"{case.name}: {len(got)} outputs, eager has {len(want)}"
+        for k, (g, w, ww) in enumerate(zip(got, want, wide, strict=True)):
+            what = f"{case.name}[{dt}] output {k} at {sizes}"
+            assert g.dtype == w.dtype, f"{what}: dtype {g.dtype}, eager {w.dtype}"
+            assert_close(g, ww if ww.dtype.is_floating_point == g.dtype.is_floating_point else w, what, case.scale)
+    assert prog.model.stats is not None
+
+
+def test_every_registered_op_has_a_case():
+    declared = {op for case in CASES for op in case.ops} | set(EXPORT_ONLY)
+    ops = set(registry.load())
+    assert not ops - declared, f"registered ATen ops without a test case: {sorted(ops - declared)}"
+    assert not declared - ops, f"cases name ops that are not registered: {sorted(declared - ops)}"
+
+
+def test_no_registered_op_is_decomposed_away():
+    """A handler for an op the decomposition table removes would be dead code."""
+    decomposed = {str(k) for k in decompositions().keys()}
+    dead = sorted(set(registry.load()) & decomposed)
+    assert not dead, f"these ops never reach the translator (decomposed first): {dead}"

@@ -1,0 +1,65 @@
+"""Shared helpers of the torch-frontend tests: trace a function to ATen (make_fx, symbolic sizes, the
+frontend's decomposition table), compile it with luminal, compare with eager torch."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import luminal as lm
+from luminal.torch import decompositions
+from luminal.torch.program import Program
+from luminal.torch.tensors import lm_dtype
+from luminal.torch.translate import translate
+from tests.helpers import TOL
+
+_TABLE: dict | None = None
+
+
+def table() -> dict:
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = dict(decompositions().items())
+    return _TABLE
+
+
+def trace(fn, args, dynamic: list[set[int]] | None = None) -> torch.fx.GraphModule:
+    """fn traced to functional ATen as the frontends do (the frontend's decomposition table), with
+    symbolic sizes on the axes listed per argument in `dynamic` (default: none)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fakes = []
+    for k, a in enumerate(args):
+        dyn = dynamic[k] if dynamic else set()
+        sizes = [DimDynamic.DUCK if i in dyn else DimDynamic.STATIC for i in range(a.ndim)]  # same size, same dim
+        ctx = StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=[None] * a.ndim)
+        fakes.append(mode.from_tensor(a, symbolic_context=ctx))
+    with mode:
+        # decompose, then functionalize what the decompositions wrote in place (torch.export and
+        # AOTAutograd hand the translator functional graphs too)
+        gm = make_fx(lambda *xs: fn(*xs), decomposition_table=table(), tracing_mode="real")(*fakes)
+        return make_fx(torch.func.functionalize(gm, remove="mutations"), tracing_mode="real")(*fakes)
+
+
+def compile_fn(fn, args, dynamic: list[set[int]] | None = None) -> Program:
+    return Program(translate(trace(fn, args, dynamic)), "reference")
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, scale: float = 1.0) -> None:
+    """got (luminal) against want (eager, maybe computed wider): exact for ints/bools, else the
+    tolerance of got's dtype (docs/numerics.md) times `scale`."""
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != eager {tuple(want.shape)}"
+    dt = lm_dtype(got.dtype)
+    if not dt.is_float:
+        assert torch.equal(got, want.to(got.dtype)), f"{what}: {got} != eager {want}"
+        return
+    rtol, atol = TOL[dt]
+    g, w = got.double(), want.double()
+    assert torch.equal(g.isnan(), w.isnan()), f"{what}: NaN positions differ:\n{g}\n{w}"
+    ok = ((g - w).abs() <= atol * scale + rtol * scale * w.abs()) | (g == w) | (g.isnan() & w.isnan())
+    assert bool(ok.all()), f"{what}: max |diff| {(g - w).abs().nan_to_num().max().item():.3g} ({dt}):\n{g}\n{w}"
+
+
+__all__ = ["trace", "compile_fn", "assert_close", "lm"]
