@@ -103,7 +103,7 @@ class KVCache:
 def paged_read(cache: GraphTensor, rows: GraphTensor) -> GraphTensor:
     """cache (n_kv, slots, hd) read at the slots `rows` (s, pages) -> (n_kv, s, pages, hd): one Gather
     whose flat index is head * slots * hd + slot * hd + d (rows hold valid slots: no negative wrap).
-    The fused paged kernel reads the pool through `rows` instead (attention_paged.egg)."""
+    The fused paged kernel reads the pool through `rows` instead (kernels/attention.egg, paged rules)."""
     g = cache.graph
     n_kv, slots, hd = (int(d) for d in cache.shape)  # literals: the pool has a fixed size
     s, pages = rows.shape

@@ -1,6 +1,6 @@
 """KernelPagedAttention (kernels/attention_paged.py): the page-table decode kernel on the CPU (g++
 emulation) and the GPU against numpy for B = 1..8 sequences of different lengths; the rule
-(attention_paged.egg) fuses nn.attend_paged over a paged KVCache and the fused plan equals the oracle."""
+(the paged rules of attention.egg) fuse nn.attend_paged over a paged KVCache and the fused plan equals the oracle."""
 
 from __future__ import annotations
 

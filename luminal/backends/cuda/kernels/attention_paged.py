@@ -1,5 +1,6 @@
 """KernelPagedAttention: attention over a paged KV cache (luminal/nn/attention.py, KVCache(paged=True))
-as one op of the CUDA backend, unioned by attention_paged.egg into the e-class of nn.attend_paged.
+as one op of the CUDA backend, unioned by the paged rules of attention.egg into the e-class of
+nn.attend_paged (they reuse the stages of the contiguous-cache rules, so they share its file).
 
 Fields: n_kv, groups, s query rows (new tokens of any sequences), pages (the page table's width),
 head_dim, slots (the pool's capacity), the q view (n_kv, groups, s, head_dim), the sliding window
