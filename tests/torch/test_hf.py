@@ -72,12 +72,14 @@ def test_forward_one_compile_many_lengths(name):
 
 def _decode(model, cfg, ids, steps: int):
     cache = transformers.StaticCache(config=cfg, max_cache_len=16)
-    n = ids.shape[1]
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(n))
+    n, dev = ids.shape[1], ids.device
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(n, device=dev))
     logits = [out.logits]
     tok = out.logits[:, -1:].argmax(-1)
     for pos in range(n, n + steps):
-        out = model(input_ids=tok, past_key_values=cache, use_cache=True, cache_position=torch.tensor([pos]))
+        out = model(
+            input_ids=tok, past_key_values=cache, use_cache=True, cache_position=torch.tensor([pos], device=dev)
+        )
         logits.append(out.logits)
         tok = out.logits[:, -1:].argmax(-1)
     return logits, cache
