@@ -80,11 +80,19 @@ class RoPE:
         pos = g.iota(past + z, (new,)).cast(lm.f32)  # (s,) absolute positions
         freqs = pos.unsqueeze(1) * self.inv_freq.unsqueeze(0)  # (s, hd/2)
         self.cos, self.sin = freqs.cos().unsqueeze(1), freqs.sin().unsqueeze(1)  # (s, 1, hd/2)
+        # the rotation as one elementwise expression (no concat, which is a scatter): with
+        # rot(x) = x with its halves swapped (a view), rotate_half(x) = rot(x) * [-1]*h + [+1]*h, so
+        # x*cos + rotate_half(x)*sin = x * cos2 + rot(x) * sin2 with cos2 = [cos, cos] and
+        # sin2 = [-sin, sin], tables shared by every layer
+        h, n = head_dim // 2, new
+        sign = g.iota((z // h) * 2 - 1, (head_dim,)).cast(lm.f32)  # (hd,) -1 then +1
+        self.cos2 = self.cos.unsqueeze(2).expand(n, 1, 2, h).reshape(n, 1, head_dim)  # (s, 1, hd)
+        self.sin2 = self.sin.unsqueeze(2).expand(n, 1, 2, h).reshape(n, 1, head_dim) * sign
 
     def __call__(self, x: GraphTensor) -> GraphTensor:
         s, hd = self.cos.shape[0], self.head_dim
         expect(x, "RoPE", f"(s={s}, heads, head_dim={hd}) rows of the positions it was built for", 3, {0: s, 2: hd})
-        h, dt = self.head_dim // 2, x.dtype
+        h, dt, heads = self.head_dim // 2, x.dtype, x.shape[1]
         x = x.cast(lm.f32)
-        x1, x2 = x[..., :h], x[..., h:]  # (s, heads, hd/2)
-        return lm.concat([x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin], axis=-1).cast(dt)
+        rot = x.reshape(s, heads, 2, h)[:, :, ::-1, :].reshape(s, heads, hd)  # halves swapped: a view
+        return (x * self.cos2 + rot * self.sin2).cast(dt)
