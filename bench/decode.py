@@ -17,7 +17,7 @@ import gc
 import json
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,9 +40,7 @@ def build(name: str, layers: int | None, dtype: str, capacity: int):
     cfg = mod.CONFIGS[name]
     if layers is not None:
         cfg = replace(cfg, n_layers=layers)
-    if "dtype" in {f.name for f in fields(cfg)}:  # the zoo's dtype (models-bf16); f32 before it lands
-        cfg = replace(cfg, dtype=dtype)
-    model = arch.Transformer(cfg, capacity)
+    model = arch.Transformer(cfg, capacity, dtype)
     weights = {**random_weights(model.weight_shapes(), seed=0), **model.extra_inputs()}
     return cfg, model, weights
 

@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -30,9 +30,10 @@ from luminal.egraph.costs import OpCosts
 from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
+from luminal.egraph.rulesets import CLEANUP
 from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
-from luminal.errors import CompileError, InputError
+from luminal.errors import CompileError, InputError, LuminalError
 from luminal.graph import Graph
 from luminal.hlir import HLIR_OPS
 
@@ -68,7 +69,7 @@ class CompileOptions:
         if bad:
             raise CompileError(f"unknown compile option(s) {sorted(bad)}; known: {sorted(known)}")
         opts = dict(options)
-        for name, lo in (("seed", None), ("search_budget", 1), ("population", 1)):
+        for name, lo in (("seed", None), ("search_budget", 1), ("search_confirm", 0), ("population", 1)):
             if name in opts:
                 v = opts[name]
                 if not _is_int(v) or (lo is not None and v < lo):
@@ -80,13 +81,18 @@ class CompileOptions:
             if not (_is_int(v) or isinstance(v, float)) or not v >= 0:  # `not >=` also rejects NaN
                 raise CompileError(f"compile option search_time_s={v!r}: give a number of seconds >= 0")
             opts["search_time_s"] = float(v)
-        if "cache" in opts and not isinstance(opts["cache"], bool):
-            raise CompileError(f"compile option cache={opts['cache']!r}: give True or False")
+        for name in ("cache", "roll", "share_saturation"):
+            if name in opts and not isinstance(opts[name], bool):
+                raise CompileError(f"compile option {name}={opts[name]!r}: give True or False")
         for name in ("buckets", "profile_dims"):
             if name in opts and opts[name] is None:
                 opts[name] = {}
-            elif name == "buckets" and name in opts and isinstance(opts[name], (list, tuple)) and opts[name] and all(
-                isinstance(plan, Mapping) for plan in opts[name]
+            elif (
+                name == "buckets"
+                and name in opts
+                and isinstance(opts[name], (list, tuple))
+                and opts[name]
+                and all(isinstance(plan, Mapping) for plan in opts[name])
             ):
                 opts[name] = tuple(opts[name])  # an explicit list of {dim: (low, high)} plans
             elif name in opts and not isinstance(opts[name], Mapping):
@@ -175,7 +181,7 @@ class _Compilation:
         self.stats: dict = {"backend": backend.name, "hlir_nodes": len(graph.nodes), "egraph_nodes": 0,
                             "egraph_classes": 0, "time_serialize_s": 0.0, "time_saturate_s": 0.0,
                             "time_extract_s": 0.0, "time_search_s": 0.0, "time_pool_s": 0.0, "time_roll_s": 0.0,
-                            "cache_hit": True, "phases": [], "buckets": [], "regions": []}  # fmt: skip
+                            "cache_hit": True, "phases": [], "buckets": []}  # fmt: skip
         t = time.perf_counter()
         self.head = prog.prelude(self.registry, backend.rulesets, backend.phases)
         self.phases_text = "\n".join(p.text() for p in backend.phases)
@@ -261,7 +267,7 @@ class _Compilation:
         t = time.perf_counter()
         view = EGraphView(data, self.registry, self.runnable)
         st["time_extract_s"] += time.perf_counter() - t
-        env = _profile_env(graph, bounds, self.opts.profile_dims)
+        env = _profile_env(self.graph, bounds, self.opts.profile_dims)  # all dims: a region may use one in a field only
         t = time.perf_counter()
         pricer = None
         if callable(getattr(self.backend, "measure", None)):
@@ -296,11 +302,13 @@ class _Compilation:
 
     def prepare(self, buckets: Sequence[Bounds]) -> None:
         """Buckets whose region programs differ only in their bound facts (and are not cached) share
-        one saturation: every phase but the last (cleanup) runs once, then each bucket's facts are
-        added and the phases re-run from there (run.saturate_buckets), which costs only the matches
-        the facts enable. The e-graphs equal the separately saturated ones (tests/egraph/test_roll.py)."""
+        one saturation: the phases before the first that runs `cleanup` (which deletes) run once, then
+        each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
+        costs only the matches the facts enable. The e-graphs equal the separately saturated ones
+        (tests/egraph/test_roll.py)."""
         phases = self.backend.phases
-        if len(buckets) < 2 or len(phases) < 2:
+        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets()), len(phases))
+        if len(buckets) < 2 or shared == 0:
             return
         for name, graph in self.regions:
             todo = {key: gp for gp, key in (self._program(name, graph, b) for b in buckets)}
@@ -314,7 +322,7 @@ class _Compilation:
                 continue
             self.stats["cache_hit"] = False
             for key, res in zip(pending, saturate_buckets(self.head, base, list(pending.values()), phases,
-                                                          shared=len(phases) - 1), strict=True):  # fmt: skip
+                                                          shared=shared), strict=True):  # fmt: skip
                 self.pre[key] = res
             self.saturations[name] += 1
             self.stats["egglog_commands"] = (self.stats.get("egglog_commands", 0) + len(base.commands)
@@ -331,11 +339,19 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     """Plans for every bucket, their executor (bucket dispatch if several) and the stats dict."""
     t_start = time.perf_counter()
     counters = _counters(backend)
-    comp = _Compilation(graph, backend, opts)
     buckets = bucket_bounds(graph, opts.buckets)
-    if opts.share_saturation:
-        comp.prepare(buckets)
-    plans = [(b, comp.bucket(b)) for b in buckets]
+    comp = _Compilation(graph, backend, opts)
+    try:
+        plans = _plans(comp, buckets)
+    except LuminalError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
+        if comp.rolling is None:
+            raise
+        log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
+        comp = _Compilation(graph, backend, replace(opts, roll=False))
+        comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
+        plans = _plans(comp, buckets)
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     t = time.perf_counter()
@@ -354,6 +370,12 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     if flags.debug():
         log.info("%s", format_stats(stats))
     return executor, llirs, stats
+
+
+def _plans(comp: _Compilation, buckets: list[Bounds]) -> list[tuple[Bounds, LLIRGraph]]:
+    if comp.opts.share_saturation:
+        comp.prepare(buckets)
+    return [(b, comp.bucket(b)) for b in buckets]
 
 
 def build_egraph(graph: Graph, backend: Backend, bounds: Bounds | None = None) -> EGraphView:

@@ -23,7 +23,7 @@ from luminal.hlir import Input, Output
 
 log = logging.getLogger(__name__)
 Failed = str  # the reason an op could not be measured
-_MEMO: dict[str, dict[str, float | Failed]] = {}  # backend device -> part key -> cost (or failure)
+_MEMO: dict[str, dict[str, float | Failed]] = {}  # backend class + device -> part key -> cost (or failure)
 
 
 def one_op_plan(llir: LLIRGraph, i: int) -> LLIRGraph:
@@ -40,7 +40,8 @@ class OpCosts:
 
     def __init__(self, backend, env: Mapping[str, int], disk: Mapping[str, float | Failed] | None = None):
         self.backend, self.env = backend, dict(env)
-        self.memo = _MEMO.setdefault(f"{backend.name}|{backend.device}", {})
+        cls = type(backend)
+        self.memo = _MEMO.setdefault(f"{cls.__module__}.{cls.__qualname__}|{backend.device}", {})
         for k, v in (disk or {}).items():
             self.memo.setdefault(k, v)
         self.stats = {"ops_measured": 0, "op_hits": 0, "ops_failed": 0, "measure_calls": 0}

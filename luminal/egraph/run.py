@@ -13,14 +13,26 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import egglog.bindings as eb
+from functools import cache
+from typing import TYPE_CHECKING
 
 from luminal.egraph.program import GraphProgram
 from luminal.egraph.rulesets import Phase
 from luminal.errors import CompileError
 
+if TYPE_CHECKING:
+    import egglog.bindings as eb
+
 log = logging.getLogger(__name__)
+
+
+@cache
+def _eb():
+    """egglog's bindings, imported on first saturation: importing egglog costs ~0.3-2 s (its Python
+    layer loads with it), and a warm compile (plans from the cache) never needs it."""
+    import egglog.bindings
+
+    return egglog.bindings
 
 
 @dataclass
@@ -46,6 +58,7 @@ class RunResult:
 
 
 def _exec(eg: eb.EGraph, text: str, what: str) -> list:
+    eb = _eb()
     try:
         return eg.run_program(*eg.parse_program(text))
     except eb.EggSmolError as e:
@@ -77,7 +90,7 @@ POOL_STATS = {"loads": 0, "reuses": 0, "retired": 0}
 def _take(prelude: str) -> _Pooled:
     p = _POOL.pop(prelude, None)
     if p is None:
-        p = _Pooled(eb.EGraph())
+        p = _Pooled(_eb().EGraph())
         _exec(p.eg, prelude, "program prelude (sorts and rules)")
         POOL_STATS["loads"] += 1
     else:
@@ -135,9 +148,10 @@ def saturate_buckets(
         reports = [_phase(eg, ph) for ph in phases]
         t2 = time.perf_counter()
         try:
+            eb = _eb()
             root = eb.Var(eb.PanicSpan(), "$root")
             data = json.loads(eg.serialize([root]).to_json())
-        except eb.EggSmolError as e:
+        except _eb().EggSmolError as e:
             raise CompileError(f"egglog could not serialize the e-graph: {e}") from None
         t3 = time.perf_counter()
         if len(facts) > 1:
@@ -155,7 +169,7 @@ def saturate_buckets(
 def _phase(eg: eb.EGraph, ph: Phase) -> PhaseReport:
     ts = time.perf_counter()
     outs = _exec(eg, ph.text(), f"schedule phase {ph.name!r}")
-    rep = next((o.report for o in outs if isinstance(o, eb.RunScheduleOutput)), None)
+    rep = next((o.report for o in outs if isinstance(o, _eb().RunScheduleOutput)), None)
     iters = len(rep.iterations) if rep is not None else 0
     matches = {_rule_name(k): int(v) for k, v in (rep.num_matches_per_rule.items() if rep else ())}
     return PhaseReport(ph.name, time.perf_counter() - ts, iters, matches)

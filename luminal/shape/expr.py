@@ -2,8 +2,9 @@
 
 Expressions are immutable and hash-consed: building the same expression twice returns the same
 object, so equality and hashing are identity-fast. Construction folds eagerly into a normal form
-(sums of terms with integer coefficients, products with one numeric factor) so the expression
-work of building a large graph stays small. Folds assume what holds for every shape and index
+(sums of terms with integer coefficients, products with one numeric factor, min/max chains
+flattened and pruned by interval bounds: luminal/shape/bounds.py) so the expression work of
+building a large graph stays small. Folds assume what holds for every shape and index
 expression: variables (dims and `z`) are non-negative integers. Rules that need a non-negative
 operand (div/mod of a sum) check it syntactically (`nonneg`).
 

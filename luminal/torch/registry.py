@@ -7,7 +7,7 @@ a tuple of them (multi-output ops), or a Python/Expression scalar. Every entry h
 against eager torch (tests/torch/test_ops.py) and listed in docs/torch.md; both are generated from
 this table, so neither can drift from it.
 
-This module does not import torch: the table can be read (docs, tests) without it.
+The handlers live in luminal/torch/ops/ (imported by `load()`); each module registers its own.
 """
 
 from __future__ import annotations

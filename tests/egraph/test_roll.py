@@ -207,3 +207,17 @@ def test_prefill_and_decode_buckets_share_one_saturation():
     assert st1["rolled"]["saturations"] == {"outer": 2, "body0": 2}
     assert st["egraph_nodes"] == st1["egraph_nodes"] and st["egraph_classes"] == st1["egraph_classes"]
     assert [p.fingerprint() for p in shared] == [p.fingerprint() for p in alone]
+
+
+def test_a_rolling_failure_falls_back_to_the_unrolled_compile(monkeypatch, caplog):
+    def broken(self, plans):
+        raise KeyError("@roll.out.7")
+
+    monkeypatch.setattr(roll.Rolling, "unroll", broken)
+    g = decoder(2)
+    ex, _, st = _compile(g)
+    assert "rolled" not in st and "KeyError" in st["roll_failed"] and "loop rolling failed" in caplog.text
+    feed, env = feed_for(g), {"p": 1, "s": 3}
+    want, got = oracle(g, feed, env), ex.run(feed, env)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)

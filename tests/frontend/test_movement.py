@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import luminal as lm
@@ -228,6 +228,7 @@ def _zero_shapes(draw):
     return sizes, symbolic
 
 
+@settings(max_examples=40)  # ~60 ops per example
 @given(case=_zero_shapes(), seed=st.integers(0, 2**16))
 def test_size_zero_dims_in_every_op(case, seed):
     """Shapes holding 0 through every movement op and reduction, static and symbolic, against numpy

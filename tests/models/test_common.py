@@ -14,31 +14,6 @@ from tests.models.conftest import GOLDENS
 from tests.models.decoder_checks import check_dtypes, recording
 
 
-def test_sampler_greedy_and_degenerate_filters_pick_the_argmax():
-    logits = np.array([0.1, 2.0, -1.0, 1.9])
-    rng = np.random.default_rng(0)
-    assert Sampler()(logits, rng) == 1
-    assert Sampler(temperature=1.0, top_k=1)(logits, rng) == 1
-    assert Sampler(temperature=1.0, top_p=1e-6)(logits, rng) == 1
-
-
-def test_sampler_is_seeded_and_respects_top_k():
-    logits = np.zeros(50)
-    a = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
-    b = [Sampler(1.0, seed=3)(logits, r) for r in [np.random.default_rng(3)] for _ in range(20)]
-    assert a == b and len(set(a)) > 5
-    logits = np.arange(10.0)
-    rng = np.random.default_rng(0)
-    assert {Sampler(5.0, top_k=3)(logits, rng) for _ in range(200)} == {7, 8, 9}
-
-
-def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
-    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
-    rng = np.random.default_rng(0)
-    assert {Sampler(1.0, top_p=0.7)(logits, rng) for _ in range(300)} == {0, 1}
-    assert {Sampler(1.0, top_p=0.5)(logits, rng) for _ in range(100)} == {0}  # HF keeps the 0.5 token only
-
-
 def test_generate_stops_at_stop_token_and_reports_stats():
     model = llama.load(GOLDENS / "llama", backend="reference")
     ids = [5, 6, 7]

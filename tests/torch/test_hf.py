@@ -72,12 +72,14 @@ def test_forward_one_compile_many_lengths(name):
 
 def _decode(model, cfg, ids, steps: int):
     cache = transformers.StaticCache(config=cfg, max_cache_len=16)
-    n = ids.shape[1]
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(n))
+    n, dev = ids.shape[1], ids.device
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(n, device=dev))
     logits = [out.logits]
     tok = out.logits[:, -1:].argmax(-1)
     for pos in range(n, n + steps):
-        out = model(input_ids=tok, past_key_values=cache, use_cache=True, cache_position=torch.tensor([pos]))
+        out = model(
+            input_ids=tok, past_key_values=cache, use_cache=True, cache_position=torch.tensor([pos], device=dev)
+        )
         logits.append(out.logits)
         tok = out.logits[:, -1:].argmax(-1)
     return logits, cache
@@ -123,3 +125,34 @@ def test_whisper_forward_one_compile_many_lengths():
             got = fast(input_features=feats, decoder_input_ids=dec, use_cache=False).logits
             _close(got, m(input_features=feats, decoder_input_ids=dec, use_cache=False).logits, f"whisper s={n}")
     assert lt.counters["compiles"] - before == 1
+
+
+def test_whisper_static_cache_decode():
+    """The decoder loop over an EncoderDecoderCache of StaticCaches (self and cross attention)."""
+    m = _model(_whisper)
+    cfg, gen = m.config, torch.Generator().manual_seed(4)
+    fast = _compiled(m)
+    before = lt.counters["compiles"]
+
+    def run(model, enc, dec, steps=3):
+        cache = transformers.EncoderDecoderCache(
+            transformers.StaticCache(config=cfg, max_cache_len=16),
+            transformers.StaticCache(config=cfg, max_cache_len=6),
+        )
+        n = dec.shape[1]
+        kw = dict(encoder_outputs=(enc,), past_key_values=cache, use_cache=True)
+        out = model(decoder_input_ids=dec, cache_position=torch.arange(n), **kw)
+        logits, tok = [out.logits], out.logits[:, -1:].argmax(-1)
+        for pos in range(n, n + steps):
+            out = model(decoder_input_ids=tok, cache_position=torch.tensor([pos]), **kw)
+            logits.append(out.logits)
+            tok = out.logits[:, -1:].argmax(-1)
+        return logits
+
+    with torch.no_grad():
+        enc = m.model.encoder(torch.randn(1, 8, 12, generator=gen)).last_hidden_state
+        for n in (3, 5):
+            dec = torch.randint(0, 96, (1, n), generator=gen)
+            for k, (g, w) in enumerate(zip(run(fast, enc, dec), run(m, enc, dec), strict=True)):
+                _close(g, w, f"whisper prompt {n} step {k}")
+    assert lt.counters["compiles"] - before == 2

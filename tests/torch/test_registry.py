@@ -24,3 +24,15 @@ def test_doc_table_is_the_registry():
 def test_import_luminal_does_not_import_torch():
     code = "import sys, luminal, luminal.graph, luminal.compiled; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=DOC.parents[1])
+
+
+def test_entry_point_names_the_backend():
+    """pyproject's torch_dynamo_backends entry point (found by torch without `import luminal.torch`)."""
+    import importlib
+    import tomllib
+
+    import luminal.torch as lt
+
+    eps = tomllib.loads((DOC.parents[1] / "pyproject.toml").read_text())["project"]["entry-points"]
+    mod, attr = eps["torch_dynamo_backends"]["luminal"].split(":")
+    assert getattr(importlib.import_module(mod), attr) is lt.backend

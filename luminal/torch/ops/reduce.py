@@ -10,12 +10,8 @@ from luminal.torch.registry import aten
 def _dims(x, dim):
     """torch's `dim` argument (None, [] = every axis; an int or a list) as luminal's `axis`."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return None if x.ndim else None
+        return None
     return list(dim) if isinstance(dim, (list, tuple)) else dim
-
-
-def _scalar_safe(x, axis):
-    return None if x.ndim == 0 else axis
 
 
 @aten("sum.dim_IntList", note="`sum` accumulated in the output dtype (ints/bools -> i64)")
@@ -131,5 +127,5 @@ def sort(c, x, dim=-1, descending=False, stable=None):
         raise c.unsupported(f"sort along a symbolic axis ({n}) needs a concrete length")
     if descending:
         return x.topk(n.value, dim)
-    vals, idx = (-x).topk(n.value, dim) if x.dtype.is_float else x.cast(DType.i64).__neg__().topk(n.value, dim)
-    return (-vals).cast(x.dtype), idx
+    vals, idx = (-x).topk(n.value, dim)  # ascending = descending of the negation; ties keep their order
+    return -vals, idx

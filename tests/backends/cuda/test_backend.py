@@ -82,7 +82,8 @@ def test_rolled_stack_on_the_gpu_matches_the_reference(tmp_path, monkeypatch):
     cold = decoder(3).compile("cuda", buckets=buckets)
     st = cold.stats
     assert st["rolled"]["bodies"][0]["layers"] == 3 and st["profiling"]["ops_measured"] > 0
-    assert st["backend_counters"]["compiles"] >= 1
+    nv = st["backend_counters"]  # NVRTC: compiled now, or found in the in-process / disk kernel cache
+    assert nv["compiles"] + nv["memory_hits"] + nv["disk_hits"] >= 1
     ref = decoder(3).compile("reference", buckets=buckets)
     for s in (1, 3):
         feed = feed_for(decoder(3), seed=s, s=s)

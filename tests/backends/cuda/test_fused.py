@@ -123,6 +123,34 @@ def test_attention_and_mlp_fuse_around_their_matmuls():
         assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, build.__name__)
 
 
+def _rope(g, dt):
+    from luminal import nn
+    from luminal.shape.expr import dim
+
+    rope = nn.RoPE(g, "rope", 16, dim("p"), dim("s"))
+    return rope(g.tensor("x", ("s", 3, 16), dt))
+
+
+def test_a_gather_through_an_iota_is_read_inline():
+    """The rotary's x[..., h:] is a Gather by an Iota: fused kernels read it as a strided view
+    (fused.egg fuse-gather-iota), so no gather kernel is left, and every extraction agrees."""
+    g = lm.Graph()
+    _rope(g, lm.f32).output("y")
+    llir = _preferred(g)
+    names = [type(n.op).__name__ for n in llir.nodes if isinstance(n.op, KernelOp)]
+    assert "KernelGather" not in names, names
+    assert nvrtc.compile_cubin(source([n.op.render({"s": 0, "p": 1, "!error": 2}) for n in llir.nodes
+                                       if isinstance(n.op, KernelOp)]), arch="sm_90")[:4] == b"\x7fELF"  # fmt: skip
+    env = {"s": 3, "p": 5}
+    feed = {"x": np.random.default_rng(0).uniform(-2, 2, (3, 3, 16)).astype(np.float32),
+            "rope.inv_freq": (1.0 / 10000 ** (np.arange(0, 16, 2) / 16)).astype(np.float32)}  # fmt: skip
+    want = g.compile("reference", cache=False).run(feed, dims={"p": 5})["y"]
+    view = build_egraph(g, CpuCudaBackend())
+    for ll in [llir, *sample_genomes(view, 10, seed=2)]:
+        got = CpuCudaBackend().load(ll).run(feed, env)["y"]
+        assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, f"rope {ll.op_counts()}")
+
+
 # -- GPU ------------------------------------------------------------------------------------------------
 @pytest.mark.cuda
 @pytest.mark.parametrize("cols", [1, 3, 127, 4097])
