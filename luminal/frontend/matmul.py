@@ -1,6 +1,7 @@
 """Matmul as a broadcast Mul followed by a SumReduce over k (backends pattern-match it).
 
-bool @ bool is numpy's: the logical or over k of the ands (a MaxReduce of the bool products), a bool.
+bool @ bool is numpy's: the logical or over k of the ands, a bool (computed as the count of true
+products over k, > 0: a max would have no value for k = 0).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     a3 = expand(unsqueeze(a, -2), *batch, m, n, k)  # (..., m, n, k)
     b3 = expand(unsqueeze(b.transpose(-1, -2), -3), *batch, m, n, k)  # (..., m, n, k)
     prod = a3 * b3  # (..., m, n, k); on bool this is and
-    out = prod.max(-1) if prod.dtype == DType.bool else prod.sum(-1)  # (..., m, n); bool: any over k
+    out = (prod.cast(DType.i32).sum(-1) > 0) if prod.dtype == DType.bool else prod.sum(-1)  # (..., m, n)
     if va:
         out = out.squeeze(-2)
     if vb:

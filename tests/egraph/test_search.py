@@ -49,8 +49,10 @@ def test_single_choice_graph_skips_profiling():
 def test_time_limit_stops_the_search():
     g = lm.Graph()
     causal_attention(g)
-    res = _search(view_of(g), seed=1, budget=10_000, time_limit_s=0.0)
-    assert res.n_profiled <= 3  # the seeded first candidates only
+    res = _search(view_of(g), seed=1, budget=10_000, time_limit_s=0.0, population=4)
+    assert res.n_profiled <= 4  # the seeds only: preferred, grounded and population - 2 random genomes
+    more = _search(view_of(g), seed=1, budget=12, time_limit_s=60.0, population=4)
+    assert more.n_profiled > res.n_profiled  # without the clock the search goes on past the seeds
 
 
 def test_mutation_changes_a_reachable_choice():

@@ -307,6 +307,9 @@ class _OnCpu:
     def __init__(self, op: KernelGemvFused, kernel, so):
         self.op, self.kernel, self.fn = op, kernel, getattr(so, f"run_{kernel.launches[0].name}")
 
+    def __getattr__(self, name):  # alias(), inplace, ...: the op's own
+        return getattr(self.op, name)
+
     def reference(self, ins, in_dtypes, env):
         import ctypes
 
