@@ -79,6 +79,26 @@ def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
     assert pre.shared == 0 and dec.block == pre.block == 128
 
 
+@pytest.mark.parametrize("dt", [DType.f32, DType.bf16], ids=str)
+def test_a_literal_s_renders_only_the_path_that_runs(dt, no_cache):
+    """A plan whose s is a literal (the decode bucket's s = 1) launches one path's kernels only:
+    the other path's grid is a literal 0, so its code and launch are left out."""
+    op = make_op(n_kv=8, groups=4, hd=64, dt=dt)
+    head = [getattr(op, f) for f in ("n_kv", "groups")]
+    tail = [getattr(op, f) for f in ("t", "head_dim", "q_strides", "k_strides", "v_strides", "causal", "past",
+                                     "window", "scale", "softcap", "dtype")]  # fmt: skip
+    other = "_rows" if dt == DType.f32 else "_pre"
+    kernels = []
+    for s, want in ((1, ("_dec", "_comb")), (DECODE_ROWS, ("_dec", "_comb")), (DECODE_ROWS + 1, (other,))):
+        kern = KernelAttention(*head, num(s), *tail).render(SLOTS)
+        names = [ln.name for ln in kern.launches]
+        assert [n[n.rindex("_") :] for n in names] == list(want), names
+        assert all(f"{n}(" in kern.code for n in names) and kern.code.count("__global__") == len(names), names
+        kernels.append(kern)
+    assert len(op.render(SLOTS).launches) == 3  # a symbolic s keeps both paths, each gated on s
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize(
     "kw",
     [dict(hd=96), dict(dt=DType.f64), dict(window=4, causal=False)],

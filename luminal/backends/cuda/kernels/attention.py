@@ -134,25 +134,25 @@ class KernelAttention(KernelOp):
         big = num(1) - small
         nsplit = dec.splits(sp)
         on_decode, on_prefill = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"  # when each path skips
-        parts = [dec.cvt_code(sp.dtype), dec.decode_code(sp, decls, nsplit, on_decode, direct=False),
-                 dec.combine_code(sp, decls, nsplit, on_decode)]  # fmt: skip
-        if sp.dtype == DType.f32:
-            parts.append(dec.decode_code(sp, decls, 1, on_prefill, direct=True))
-        else:
-            parts.append(pre.prefill_code(sp, decls, on_prefill))
-        code = "\n".join(parts).replace("-INFINITY", "__int_as_float(0xff800000)")  # no math.h in NVRTC
-        name, code = name_code(self.prefix, code)
         rows = num(sp.n_kv * sp.groups) * self.s
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
-        launches = [
-            Launch(f"{name}_dec", row_blocks * num(nsplit) * small, dec.THREADS),
-            Launch(f"{name}_comb", rows * small, sp.head_dim),
-        ]
+        paths = [  # (code, entry suffix, grid, threads)
+            (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
+             dec.THREADS),
+            (dec.combine_code(sp, decls, nsplit, on_decode), "_comb", rows * small, sp.head_dim),
+        ]  # fmt: skip
         if sp.dtype == DType.f32:
-            launches.append(Launch(f"{name}_rows", row_blocks * big, dec.THREADS))
+            paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
+                          dec.THREADS))  # fmt: skip
         else:
             grid = num(sp.n_kv * sp.groups) * ceil_div(self.s, num(pre.block_rows(sp))) * big
-            launches.append(Launch(f"{name}_pre", grid, pre.THREADS))
+            paths.append((pre.prefill_code(sp, decls, on_prefill), "_pre", grid, pre.THREADS))
+        # a path whose grid is a literal 0 never runs in this plan (s is a literal: the decode
+        # bucket's s = 1, say), so neither its code nor its launch is part of the kernel
+        live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
+        code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
+        name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))  # no math.h
+        launches = [Launch(name + tag, grid, threads) for _, tag, grid, threads in live]
         return Kernel(code, tuple(launches), headers(sp.dtype))
 
 
