@@ -1,0 +1,125 @@
+"""Kernel launches of a decode step (s = 1) in the CUDA backend's preferred plan (docs/perf.md,
+"Launches per decode step"), counted by the runtime itself: CudaExecutor over the fake driver
+(fake_driver.py) turns the plan into its launch steps exactly as on a GPU. The per-layer count is
+the 2-layer plan's minus the 1-layer plan's. Every plan counted here also runs, on the same fake
+device, against the HLIR reference."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import runtime
+from luminal.backends.reference import ReferenceExecutor
+from luminal.egraph.compile import build_egraph, preference
+from luminal.models import gemma, llama, qwen
+from luminal.models.common import random_weights
+from tests.backends.cuda import fake_driver
+from tests.backends.cuda.test_gemvfused import _preferred, launch_summary
+from tests.backends.cuda.test_lowering import CpuCudaBackend
+from tests.helpers import assert_matches
+
+CAP = 256
+BOUNDS = {"s": (1, 1), "r": (1, 1), "p": (0, CAP - 1)}  # the decode bucket (models/engine.py step_buckets)
+PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gemma3": (gemma, "gemma-3-1b")}
+# launches per layer: llama / qwen3 -- the stacked q/k/v GEMV (with the attention norm), q's rotary,
+# k's rotary (+ q/k-norm) written into the cache, v written into the cache, attention (decode +
+# combine), o-proj + residual, gate/up (with the MLP norm), silu(gate) * up, down + residual.
+# gemma3: its GEMVs are not fused yet (cuBLASLt + norms around them: gemvfused.egg's area).
+PER_LAYER = {"llama": 10, "qwen3": 10, "gemma3": 12}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(runtime, "driver", fake_driver)
+    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
+    fake_driver.reset()
+    yield fake_driver
+    fake_driver.reset()
+
+
+def step(name: str, layers: int, small: bool = False):
+    """The bf16 decoder step of a preset (vocab 1024), or a scaled-down one of the same structure."""
+    mod, preset = PRESETS[name]
+    cfg = replace(mod.CONFIGS[preset], n_layers=layers, vocab_size=1024)
+    if small:
+        cfg = replace(cfg, vocab_size=256, dim=512, hidden=1024, n_heads=8, n_kv_heads=2)
+    return getattr(mod, "Transformer", llama.Transformer)(cfg, CAP, "bf16")
+
+
+def launches(llir) -> Counter:
+    """Launch steps of the plan on the CUDA runtime, by the op that owns them."""
+    ex = runtime.CudaExecutor(llir.nodes)
+    fake_driver.bind(ex)
+    return Counter(type(llir.nodes[s.node].op).__name__ for s in ex.steps)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_decode_step_launches_per_layer(name, fake):
+    one, two = (_preferred(step(name, n).graph, None, BOUNDS) for n in (1, 2))
+    c1, c2 = launches(one), launches(two)
+    per = c2 - c1
+    print(f"\n{name}: 1 layer {c1.total()} launches, 2 layers {c2.total()}; per layer {per.total()} {dict(per)}")
+    assert per.total() <= PER_LAYER[name], dict(per)
+    for llir in (one, two):
+        ops = launch_summary(llir)
+        # the stacked GEMV's products are read where they are used, never copied out
+        assert "KernelSlice" not in ops, ops
+        # k's rotary (and q/k-norm) and v are computed by the launch that writes them into the cache
+        assert "KernelScatterInplace" not in ops and ops["KernelScatterFused"] == 2 * ops["KernelAttention"], ops
+    # attention: the decode and combine kernels only (the prefill kernel is not part of an s = 1 plan)
+    assert per["KernelAttention"] == 2 and per["KernelScatterFused"] == 2, dict(per)
+
+
+def _unfused_scatters(view, genome):
+    """`genome` with every KernelScatterFused replaced by a KernelScatterInplace of its class: the
+    k rotary (and q/k-norm) in a kernel of its own, v read from a KernelSlice of the stacked GEMV."""
+    g = list(genome)
+    for c in view.classes:
+        names = [view._op_name(m) for m in view.choices[c]]
+        if view.class_sort[c] == "IR" and names[g[view.index[c]]] == "KernelScatterFused":
+            g[view.index[c]] = names.index("KernelScatterInplace")
+    return g
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_decode_step_plan_agrees_with_the_reference(name, fake):
+    """The preferred decode plan on the fake CUDA device against the HLIR (logits and both caches),
+    and bit for bit against the plan that writes the caches from buffers (what the fused scatter and
+    the slice reads replace: same values, rounded at the same places)."""
+    model = step(name, 1, small=True)
+    g = model.graph
+    view = build_egraph(g, CpuCudaBackend(), BOUNDS)
+    genome = view.repair(view.preferred_genome(preference(CpuCudaBackend())))
+    llir, before = view.extract(genome), view.extract(view.repair(_unfused_scatters(view, genome)))
+    assert "KernelSlice" not in llir.op_counts() and llir.op_counts()["KernelScatterFused"] == 2
+    assert before.op_counts()["KernelScatterInplace"] == 2 and "KernelSlice" in before.op_counts()
+    rng = np.random.default_rng(3)
+    weights = {**random_weights(model.weight_shapes(), seed=1, std=0.05), **model.extra_inputs()}
+    p = 37
+    caches = {}
+    for n, shape in model.cache_shapes.items():
+        c = np.zeros(shape, np.float32)
+        c[:, :p] = rng.uniform(-1, 1, (shape[0], p, shape[2]))
+        caches[n] = c.astype(lm.bf16.np)
+    feed = {"tokens": np.array([5], np.int32), "rows": np.array([0], np.int32), **weights, **caches}
+    dims = {"p": p, "s": 1, "r": 1}
+    want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+    got, old = ({k: np.asarray(v).copy() for k, v in _run(plan, feed, dims).items()} for plan in (llir, before))
+    for label, arr in want.items():  # the logits are bf16 values (cast to f32 at the end)
+        assert_matches(got[label].reshape(arr.shape).astype(lm.bf16.np), arr, lm.bf16, 2.0, f"{name} {label}")
+        np.testing.assert_array_equal(got[label], old[label], err_msg=f"{name} {label}")
+    for label in model.cache_shapes:  # the new row landed at position p; nothing else moved
+        new = got[label].reshape(model.cache_shapes[label])
+        np.testing.assert_array_equal(new[:, :p], caches[label][:, :p])
+        np.testing.assert_array_equal(new[:, p + 1 :], caches[label][:, p + 1 :])
+
+
+def _run(llir, feed: dict, dims: dict) -> dict:
+    ex = runtime.CudaExecutor(llir.nodes)
+    fake_driver.bind(ex)
+    return ex.run({k: v.copy() for k, v in feed.items()}, dims)
