@@ -1,0 +1,124 @@
+"""The in-place KV-cache writes (kernels/inplace.py): KernelScatterFused -- the rotary embedding of k
+(with qwen3's k-norm, a row reduction) or v read from the stacked q/k/v GEMV, computed by the launch
+that writes the cache -- compiles for sm_90, and its rendered CUDA C (run on the CPU by g++, one
+std::thread per CUDA thread: tests/backends/cuda/test_gemv.py's shim) computes what its reference
+computes, in both launch shapes (one block, or three grid-wide launches) and at decode and
+prefill sizes."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.kernel import PRELUDE, source
+from luminal.backends.cuda.kernels.inplace import KernelScatterFused
+from luminal.backends.reference.executor import ReferenceExecutor
+from luminal.models.common import random_weights
+from tests.backends.cuda.test_gemv import _SHIM
+from tests.backends.cuda.test_gemvfused import _preferred
+from tests.backends.cuda.test_launches import CAP, step
+from tests.helpers import assert_matches
+
+SLOTS = {"p": 0, "r": 1, "s": 2, "!error": 3}
+_CTYPE = {lm.f32: "float", lm.bf16: "__nv_bfloat16", lm.i32: "int"}
+_EXTRA = r"""
+#include <atomic>
+thread_local dim3 gridDim;
+static inline unsigned atomicMax(unsigned* p, unsigned v) {
+  std::atomic_ref<unsigned> a(*p); unsigned o = a.load();
+  while (o < v && !a.compare_exchange_weak(o, v)) {}
+  return o;
+}
+"""
+_RUN = r"""
+extern "C" void run_{name}(void** a, const long long* dims, unsigned* win, int grid, int block) {{
+  std::barrier<> bar(block); block_bar = &bar;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < block; ++t)
+    ts.emplace_back([=, &bar] {{
+      threadIdx.x = t; gridDim.x = grid;
+      for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims, win); bar.arrive_and_wait(); }}
+    }});
+  for (auto& t : ts) t.join();
+}}
+"""
+
+
+class _OnCpu:
+    """A KernelScatterFused whose `reference` runs its rendered CUDA C (g++) on a copy of the cache."""
+
+    def __init__(self, op: KernelScatterFused, kernel, so):
+        self.op, self.kernel, self.so = op, kernel, so
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def reference(self, ins, in_dtypes, env):
+        out = np.ascontiguousarray(ins[0]).reshape(-1).copy()  # the cache, updated in place
+        bufs = [out, out, *(np.ascontiguousarray(x) for x in ins[1:])]
+        ptrs = (ctypes.c_void_p * len(bufs))(*(b.ctypes.data for b in bufs))
+        dims = np.array([env.get(k, 0) for k in sorted(SLOTS, key=SLOTS.get)], np.int64)
+        win = np.zeros(out.size, np.uint32)
+        for ln in self.kernel.launches:
+            fn = getattr(self.so, f"run_{ln.name}")
+            fn(ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(win.ctypes.data),
+               max(1, int(ln.grid.evaluate(env))), ln.block)  # fmt: skip
+        return out
+
+
+def _plans(name: str):
+    """(model, {bucket: plan}) for the small bf16 one-layer step: decode (s = 1) and prefill."""
+    model = step(name, 1, small=True)
+    buckets = {1: {"s": (1, 1), "r": (1, 1), "p": (0, CAP - 1)}, 5: {"s": (2, CAP), "r": (1, CAP), "p": (0, CAP - 2)}}
+    return model, {s: _preferred(model.graph, None, b) for s, b in buckets.items()}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_fused_cache_writes_run_on_cpu(name, tmp_path):
+    model, plans = _plans(name)
+    ops = {n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelScatterFused)}
+    assert len(ops) == 4, plans[1].op_counts()  # k and v, at each bucket
+    shapes = {op: [replace(op, wide=w) for w in (False, True)] for op in ops}  # both launch shapes
+    kernels = {v: v.render(SLOTS) for vs in shapes.values() for v in vs}
+    assert nvrtc.compile_cubin(source(list(kernels.values())), arch="sm_90")[:4] == b"\x7fELF"
+    runs = ""
+    for op, k in kernels.items():
+        params = [op.dtype, op.dtype, op.index_dtype, *op.leaf_dtypes()]
+        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params))
+        runs += "".join(_RUN.format(name=ln.name, args=args) for ln in k.launches)
+    src, lib = tmp_path / "scatter.cpp", tmp_path / "scatter.so"
+    src.write_text(_SHIM + _EXTRA + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
+    done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    so = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(0)
+    weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
+    caches = {n: rng.uniform(-1, 1, sh).astype(lm.bf16.np) for n, sh in model.cache_shapes.items()}
+    for s, llir in plans.items():
+        p = 11
+        feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
+                **weights, **caches}  # fmt: skip
+        env = {"p": p, "s": s, "r": 1}
+        want = ReferenceExecutor(llir.nodes, llir.outputs).run(dict(feed), env)
+        for wide in (False, True):
+            nodes = [SimpleNamespace(op=_OnCpu(n.op, kernels[replace(n.op, wide=wide)], so), inputs=n.inputs,
+                                     dtype=n.dtype) if isinstance(n.op, KernelScatterFused) else n
+                     for n in llir.nodes]  # fmt: skip
+            got = ReferenceExecutor(nodes, llir.outputs).run(dict(feed), env)
+            for label, shape in model.cache_shapes.items():
+                g, w = np.asarray(got[label]).reshape(shape), np.asarray(want[label]).reshape(shape)
+                what = f"{name} s={s} wide={wide} {label}"
+                np.testing.assert_array_equal(g[:, :p], caches[label][:, :p], err_msg=what)
+                np.testing.assert_array_equal(g[:, p + s :], caches[label][:, p + s :], err_msg=what)
+                assert_matches(g[:, p : p + s], w[:, p : p + s], lm.bf16, 1.0, what)
+                assert not np.array_equal(g[:, p : p + s], caches[label][:, p : p + s]), what
