@@ -45,36 +45,62 @@ extern "C" void run_{name}(void** a, const long long* dims, unsigned* win, int g
   for (int t = 0; t < block; ++t)
     ts.emplace_back([=, &bar] {{
       threadIdx.x = t; gridDim.x = grid;
-      for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims, win); bar.arrive_and_wait(); }}
+      for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims{win}); bar.arrive_and_wait(); }}
     }});
   for (auto& t : ts) t.join();
 }}
 """
 
 
-class _OnCpu:
-    """A KernelScatterFused whose `reference` runs its rendered CUDA C (g++) on a copy of the cache."""
+def compile_on_cpu(kernels: dict, params, tmp_path) -> ctypes.CDLL:
+    """g++-compiled `kernels` ({op: Kernel}); `params(op)`: the dtypes of out, in0, in1, .."""
+    runs = ""
+    for op, k in kernels.items():
+        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params(op)))
+        win = ", win" if op.inplace else ""
+        runs += "".join(_RUN.format(name=ln.name, args=args, win=win) for ln in k.launches)
+    src, lib = tmp_path / "kernels.cpp", tmp_path / "kernels.so"
+    src.write_text(_SHIM + _EXTRA + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
+    done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ctypes.CDLL(str(lib))
 
-    def __init__(self, op: KernelScatterFused, kernel, so):
+
+class OnCpu:
+    """A kernel op whose `reference` runs its rendered CUDA C (g++): an in-place op on a copy of the
+    buffer it updates (input 0, also its output), any other into a fresh output."""
+
+    def __init__(self, op, kernel, so):
         self.op, self.kernel, self.so = op, kernel, so
 
     def __getattr__(self, name):
         return getattr(self.op, name)
 
     def reference(self, ins, in_dtypes, env):
-        out = np.ascontiguousarray(ins[0]).reshape(-1).copy()  # the cache, updated in place
-        bufs = [out, out, *(np.ascontiguousarray(x) for x in ins[1:])]
+        ins = [np.ascontiguousarray(x) for x in ins]
+        if self.op.inplace:
+            out = ins[0].reshape(-1).copy()
+            bufs = [out, out, *ins[1:]]
+        else:
+            out = np.full(int(self.op.out_size().evaluate(env)) + 1, 7, self.op.out_dtype(in_dtypes).np)
+            bufs = [out, *ins]
         ptrs = (ctypes.c_void_p * len(bufs))(*(b.ctypes.data for b in bufs))
-        dims = np.array([env.get(k, 0) for k in sorted(SLOTS, key=SLOTS.get)], np.int64)
+        dims = np.zeros(len(SLOTS) + 1, np.int64)
+        dims[: len(SLOTS)] = [env.get(k, 0) for k in sorted(SLOTS, key=SLOTS.get)]
         win = np.zeros(out.size, np.uint32)
         for ln in self.kernel.launches:
             fn = getattr(self.so, f"run_{ln.name}")
             fn(ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(win.ctypes.data),
                max(1, int(ln.grid.evaluate(env))), ln.block)  # fmt: skip
-        return out
+        self.error = int(dims[SLOTS["!error"]])  # a gather's out-of-range report
+        if self.op.inplace:
+            return out
+        assert out[-1] == 7, "the kernel wrote past its output"
+        return out[:-1]
 
 
-def _plans(name: str):
+def plans(name: str):
     """(model, {bucket: plan}) for the small bf16 one-layer step: decode (s = 1) and prefill."""
     model = step(name, 1, small=True)
     buckets = {1: {"s": (1, 1), "r": (1, 1), "p": (0, CAP - 1)}, 5: {"s": (2, CAP), "r": (1, CAP), "p": (0, CAP - 2)}}
@@ -84,34 +110,24 @@ def _plans(name: str):
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_fused_cache_writes_run_on_cpu(name, tmp_path):
-    model, plans = _plans(name)
-    ops = {n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelScatterFused)}
-    assert len(ops) == 4, plans[1].op_counts()  # k and v, at each bucket
+    model, steps = plans(name)
+    ops = {n.op for p in steps.values() for n in p.nodes if isinstance(n.op, KernelScatterFused)}
+    assert len(ops) == 4, steps[1].op_counts()  # k and v, at each bucket
     shapes = {op: [replace(op, wide=w) for w in (False, True)] for op in ops}  # both launch shapes
     kernels = {v: v.render(SLOTS) for vs in shapes.values() for v in vs}
     assert nvrtc.compile_cubin(source(list(kernels.values())), arch="sm_90")[:4] == b"\x7fELF"
-    runs = ""
-    for op, k in kernels.items():
-        params = [op.dtype, op.dtype, op.index_dtype, *op.leaf_dtypes()]
-        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params))
-        runs += "".join(_RUN.format(name=ln.name, args=args) for ln in k.launches)
-    src, lib = tmp_path / "scatter.cpp", tmp_path / "scatter.so"
-    src.write_text(_SHIM + _EXTRA + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
-    done = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)],
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    so = ctypes.CDLL(str(lib))
+    so = compile_on_cpu(kernels, lambda op: [op.dtype, op.dtype, op.index_dtype, *op.leaf_dtypes()], tmp_path)
     rng = np.random.default_rng(0)
     weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     caches = {n: rng.uniform(-1, 1, sh).astype(lm.bf16.np) for n, sh in model.cache_shapes.items()}
-    for s, llir in plans.items():
+    for s, llir in steps.items():
         p = 11
         feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
                 **weights, **caches}  # fmt: skip
         env = {"p": p, "s": s, "r": 1}
         want = ReferenceExecutor(llir.nodes, llir.outputs).run(dict(feed), env)
         for wide in (False, True):
-            nodes = [SimpleNamespace(op=_OnCpu(n.op, kernels[replace(n.op, wide=wide)], so), inputs=n.inputs,
+            nodes = [SimpleNamespace(op=OnCpu(n.op, kernels[replace(n.op, wide=wide)], so), inputs=n.inputs,
                                      dtype=n.dtype) if isinstance(n.op, KernelScatterFused) else n
                      for n in llir.nodes]  # fmt: skip
             got = ReferenceExecutor(nodes, llir.outputs).run(dict(feed), env)

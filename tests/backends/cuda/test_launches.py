@@ -86,6 +86,32 @@ def _unfused_scatters(view, genome):
     return g
 
 
+P = 37  # past length of the checked step
+
+
+def _feed(model) -> tuple[dict, dict]:
+    """Weights, token, row and caches holding P random rows, and the dims of one decode step."""
+    rng = np.random.default_rng(3)
+    weights = {**random_weights(model.weight_shapes(), seed=1, std=0.05), **model.extra_inputs()}
+    caches = {}
+    for n, shape in model.cache_shapes.items():
+        c = np.zeros(shape, np.float32)
+        c[:, :P] = rng.uniform(-1, 1, (shape[0], P, shape[2]))
+        caches[n] = c.astype(lm.bf16.np)
+    feed = {"tokens": np.array([5], np.int32), "rows": np.array([0], np.int32), **weights, **caches}
+    return feed, {"p": P, "s": 1, "r": 1}
+
+
+def _check(name: str, model, feed: dict, got: dict, want: dict) -> None:
+    for label, arr in want.items():  # the logits are bf16 values (cast to f32 at the end)
+        a = np.asarray(got[label]).reshape(arr.shape).astype(lm.bf16.np)
+        assert_matches(a, arr, lm.bf16, 2.0, f"{name} {label}")
+    for label, shape in model.cache_shapes.items():  # the new row landed at position P; nothing else moved
+        new = np.asarray(got[label]).reshape(shape)
+        np.testing.assert_array_equal(new[:, :P], feed[label][:, :P])
+        np.testing.assert_array_equal(new[:, P + 1 :], feed[label][:, P + 1 :])
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_decode_step_plan_agrees_with_the_reference(name, fake):
     """The preferred decode plan on the fake CUDA device against the HLIR (logits and both caches),
@@ -98,28 +124,32 @@ def test_decode_step_plan_agrees_with_the_reference(name, fake):
     llir, before = view.extract(genome), view.extract(view.repair(_unfused_scatters(view, genome)))
     assert "KernelSlice" not in llir.op_counts() and llir.op_counts()["KernelScatterFused"] == 2
     assert before.op_counts()["KernelScatterInplace"] == 2 and "KernelSlice" in before.op_counts()
-    rng = np.random.default_rng(3)
-    weights = {**random_weights(model.weight_shapes(), seed=1, std=0.05), **model.extra_inputs()}
-    p = 37
-    caches = {}
-    for n, shape in model.cache_shapes.items():
-        c = np.zeros(shape, np.float32)
-        c[:, :p] = rng.uniform(-1, 1, (shape[0], p, shape[2]))
-        caches[n] = c.astype(lm.bf16.np)
-    feed = {"tokens": np.array([5], np.int32), "rows": np.array([0], np.int32), **weights, **caches}
-    dims = {"p": p, "s": 1, "r": 1}
+    feed, dims = _feed(model)
     want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
     got, old = ({k: np.asarray(v).copy() for k, v in _run(plan, feed, dims).items()} for plan in (llir, before))
-    for label, arr in want.items():  # the logits are bf16 values (cast to f32 at the end)
-        assert_matches(got[label].reshape(arr.shape).astype(lm.bf16.np), arr, lm.bf16, 2.0, f"{name} {label}")
+    _check(name, model, feed, got, want)
+    for label in want:
         np.testing.assert_array_equal(got[label], old[label], err_msg=f"{name} {label}")
-    for label in model.cache_shapes:  # the new row landed at position p; nothing else moved
-        new = got[label].reshape(model.cache_shapes[label])
-        np.testing.assert_array_equal(new[:, :p], caches[label][:, :p])
-        np.testing.assert_array_equal(new[:, p + 1 :], caches[label][:, p + 1 :])
 
 
 def _run(llir, feed: dict, dims: dict) -> dict:
     ex = runtime.CudaExecutor(llir.nodes)
     fake_driver.bind(ex)
     return ex.run({k: v.copy() for k, v in feed.items()}, dims)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_decode_step_on_the_gpu(name):
+    """The preferred decode plan on the device: its launches, and its values against the HLIR."""
+    from luminal.backends.cuda.backend import CudaBackend
+
+    model = step(name, 1, small=True)
+    backend = CudaBackend()
+    llir = _preferred(model.graph, backend, BOUNDS)
+    ex = backend.load(llir)
+    assert ex.stats["launches"] <= 7 + PER_LAYER[name], ex.stats  # 17 on the CPU count (test above)
+    feed, dims = _feed(model)
+    want = ReferenceExecutor(model.graph.nodes, model.graph.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+    got = ex.run({k: v.copy() for k, v in feed.items()}, dims)
+    _check(name, model, feed, {k: np.asarray(v).copy() for k, v in got.items()}, want)

@@ -151,6 +151,20 @@ class KernelFused(KernelOp):
         return Kernel(code, (Launch(name, ceil_div(prod(row_shape), num(rpb)), BLOCK),), hdrs)
 
 
+def element_value(root: FNode, in_dts: tuple[DType, ...], shape: EList, base: int) -> tuple[list[str], str, DType]:
+    """(statements, C value, dtype) of a fused body `root` (a value of row-major `shape`) at flat
+    index `i`, one thread per element, its leaf k read from parameter in{base + k}: the index or the
+    values a gather / in-place scatter computes where it uses them. A row reduction in the body
+    (q/k-norm over head_dim) runs serially in the element's thread, at its coordinates."""
+    if not any(isinstance(n.op, KernelReduce) for n in fexpr.ops((root,))):
+        em = Emitter(in_dts, 1, coords=False, base=base)
+        name, dt, _ = em.value(root, cvar("i"))
+        return em.root.lines, name, dt
+    em = Emitter(in_dts, 1, coords=True, strict=False, base=base, tile_max=0)  # a row group of one, no tiles
+    name, dt, _ = em.value(root, tuple(cvar(f"y{j}") for j in range(len(shape))))
+    return ["const long long row = i;", "const int lane = 0;", *row_coords(shape), *em.root.lines], name, dt
+
+
 def row_coords(row_shape: EList) -> list[str]:
     """C setting y0, y1, .. (the coordinates `cvar("y{j}")`) of row `row` in a row-major `row_shape`."""
     row = cvar("row")

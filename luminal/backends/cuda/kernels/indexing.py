@@ -4,6 +4,11 @@ KernelGather = Gather's fields + dtype (of data) + index_dtype: out[i] = data_vi
 (the index value is a flat logical index into the data view). An out-of-range index reads 0 and
 is reported in the plan's error slot of the dims buffer; the runtime then raises BackendError,
 like the reference.
+KernelGatherFused: KernelGather computing its index with a fused body (`index`, luminal/hlir/fexpr.py,
+its value at flat position i of the row-major index shape) instead of reading an index buffer:
+the flat index arithmetic the frontend builds around a gather (row * stride + column, the range
+check) runs in the gather's own launch (rule: indexing.egg `gather-fused`). Inputs: (data, the
+body's leaves).
 KernelScatter = Scatter's fields + dtype (of dest, src and out) + index_dtype. Parallel and
 deterministic "last write wins" in three launches over a scratch of one u64 per output element:
 copy dest into out and clear the scratch; atomicMax(scratch[idx[j]], j + 1) over the indexes; write
@@ -14,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
+import numpy as np
 
 from luminal.backends.cuda.kernel import (
     ERROR_SLOT,
@@ -32,10 +39,15 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
+from luminal.backends.cuda.kernels.emit import wide
+from luminal.backends.cuda.kernels.fused import arg_dtype, element_value
 from luminal.dtype import DType
-from luminal.hlir import Gather, Scatter
+from luminal.errors import BackendError
+from luminal.hlir import Gather, Scatter, fexpr
+from luminal.hlir.fexpr import FArgs, FLeaf, FNode
 from luminal.hlir.op import EList
 from luminal.shape.expr import Expression, prod
+from luminal.shape.tracker import contiguous_strides
 
 
 @dataclass(frozen=True)
@@ -54,19 +66,89 @@ class KernelGather(KernelOp):
         return ((self.index_shape, self.index_strides), (self.data_shape, self.data_strides))
 
     def render(self, slots) -> Kernel:
-        dt = self.dtype
-        decls = dim_decls(self.dim_names(), slots) + f"  const long long nd = {c_expr(prod(self.data_shape))};\n"
-        ii = index_c(self.index_shape, self.index_strides)
-        di = index_c(self.data_shape, self.data_strides, "j")
-        report = ""
-        if ERROR_SLOT in slots:  # the runtime raises BackendError after the run, like the reference
-            e = slots[ERROR_SLOT]
-            report = f"        ((long long*)dims)[{e}] = 1;\n        ((long long*)dims)[{e + 1}] = j;\n"
-        body = (f"      const long long j = (long long)in0[{ii}];\n"
-                f"      if (j >= 0 && j < nd) {{\n        out[i] = in1[{di}];\n      }} else {{\n"
-                f"        out[i] = {store(dt, '0')};\n{report}      }}")  # fmt: skip
-        return elementwise(self.prefix, dt, [self.index_dtype, dt], prod(self.index_shape), body, decls,
-                           headers(dt))  # fmt: skip
+        j = f"(long long)in0[{index_c(self.index_shape, self.index_strides)}]"
+        return gather_kernel(self, slots, [self.index_dtype], 1, [], j)
+
+
+def gather_kernel(op, slots, idx_dtypes: list[DType], data: int, lines: list[str], j: str) -> Kernel:
+    """The gather of `op` (KernelGather or KernelGatherFused) from input `data`: `lines` then C `j`
+    compute the flat data index of output element i from the inputs of `idx_dtypes` (the others)."""
+    dt = op.dtype
+    decls = dim_decls(op.dim_names(), slots) + f"  const long long nd = {c_expr(prod(op.data_shape))};\n"
+    di = index_c(op.data_shape, op.data_strides, "j")
+    report = ""
+    if ERROR_SLOT in slots:  # the runtime raises BackendError after the run, like the reference
+        e = slots[ERROR_SLOT]
+        report = f"        ((long long*)dims)[{e}] = 1;\n        ((long long*)dims)[{e + 1}] = j;\n"
+    body = "".join(f"      {ln}\n" for ln in lines)
+    body += (f"      const long long j = {j};\n"
+             f"      if (j >= 0 && j < nd) {{\n        out[i] = in{data}[{di}];\n      }} else {{\n"
+             f"        out[i] = {store(dt, '0')};\n{report}      }}")  # fmt: skip
+    ins = [*idx_dtypes, dt] if data == len(idx_dtypes) else [dt, *idx_dtypes]
+    return elementwise(op.prefix, dt, ins, prod(op.index_shape), body, decls, headers(dt))
+
+
+@dataclass(frozen=True)
+class KernelGatherFused(KernelOp):
+    """KernelGather whose index is computed by `index` (one fused expression over index_shape)."""
+
+    index_shape: EList
+    data_shape: EList
+    data_strides: EList
+    dtype: DType
+    index_dtype: DType
+    index: FArgs
+    prefix: ClassVar[str] = "gather_fused"
+
+    def __post_init__(self):
+        if len(self.index) != 1 or not isinstance(self.index[0], FNode):
+            raise BackendError(f"KernelGatherFused: index must be one fused expression (got {self.index})")
+
+    @property
+    def n_inputs(self) -> int:  # type: ignore[override]
+        return 1 + fexpr.n_leaves(self.index)
+
+    def nodes(self) -> list[FNode]:
+        return list(fexpr.ops(self.index))
+
+    def leaf_dtypes(self) -> tuple[DType, ...]:
+        out: dict[int, DType] = {}
+        for n in self.nodes():
+            for k, a in enumerate(n.args):
+                if isinstance(a, FLeaf):
+                    out.setdefault(a.index, arg_dtype(n.op, k))
+        return tuple(out[i] for i in range(self.n_inputs - 1))
+
+    def out_dtype(self, in_dtypes):
+        return self.dtype
+
+    def out_size(self) -> Expression:
+        return prod(self.index_shape)
+
+    def dim_names(self) -> frozenset[str]:
+        names = frozenset().union(*(e.dims() for e in (*self.index_shape, *self.data_shape, *self.data_strides)))
+        return names.union(*(n.op.dim_names() for n in self.nodes()))
+
+    def input_views(self):
+        raise BackendError("KernelGatherFused reads its leaves through several views: use input_reads()")
+
+    def input_reads(self):
+        return ((0, self.data_shape, self.data_strides),) + tuple(
+            (1 + a.index, *n.op.input_views()[k]) for n in self.nodes() for k, a in enumerate(n.args)
+            if isinstance(a, FLeaf))  # fmt: skip
+
+    def reference(self, ins, in_dtypes, env):
+        root = self.index[0]
+        idx = fexpr.evaluate(root.op, root.args, list(ins[1:]), tuple(in_dtypes[1:]), env, hold=wide,
+                             exact=lambda op: op.exact_operands)  # fmt: skip
+        flat = contiguous_strides(tuple(self.index_shape))
+        hl = Gather(self.index_shape, flat, self.data_shape, self.data_strides)
+        return hl.reference([np.asarray(idx, self.index_dtype.np), ins[0]], (self.index_dtype, in_dtypes[0]), env)
+
+    def render(self, slots) -> Kernel:
+        dts = self.leaf_dtypes()
+        lines, name, _ = element_value(self.index[0], dts, self.index_shape, 1)
+        return gather_kernel(self, slots, list(dts), 0, lines, f"(long long)({name})")
 
 
 def _loop(n: str, body: str) -> str:
@@ -124,4 +206,5 @@ class KernelScatter(KernelOp):
         return Kernel(code, launches, headers(dt))
 
 
-INDEXING_KERNELS = (KernelGather, KernelScatter)
+# preference order (backend.py): the gather computing its index before the one reading it
+INDEXING_KERNELS = (KernelGatherFused, KernelGather, KernelScatter)

@@ -34,9 +34,8 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
-from luminal.backends.cuda.kernels.emit import Emitter, cvar, wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, row_coords
-from luminal.backends.cuda.kernels.reduce import KernelReduce
+from luminal.backends.cuda.kernels.emit import wide
+from luminal.backends.cuda.kernels.fused import arg_dtype, element_value
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Scatter, fexpr
@@ -75,13 +74,13 @@ class KernelScatterInplace(KernelOp):
 
     def render(self, slots) -> Kernel:
         src = f"in2[{index_c(self.index_shape, self.src_strides)}]"
-        return scatter_kernel(self, slots, [self.dtype], lambda: ([], src))
+        return scatter_kernel(self, slots, [self.dtype], [], src)
 
 
-def scatter_kernel(op, slots, src_dtypes: list[DType], src) -> Kernel:
-    """The three-phase in-place scatter of `op` (KernelScatterInplace or KernelScatterFused); `src()`
-    gives (statements, C value) of the value written from index position i, read from inputs
-    in2, in3, .. of `src_dtypes`."""
+def scatter_kernel(op, slots, src_dtypes: list[DType], lines: list[str], value: str) -> Kernel:
+    """The three-phase in-place scatter of `op` (KernelScatterInplace or KernelScatterFused): `lines`
+    then C `value` compute the element written for index position i from inputs in2, in3, .. of
+    `src_dtypes`."""
     dt, it = op.dtype, op.index_dtype
     decls = dim_decls(op.dim_names(), slots) + (
         f"  const long long n_out = {c_expr(prod(op.dest_shape))};\n"
@@ -97,7 +96,6 @@ def scatter_kernel(op, slots, src_dtypes: list[DType], src) -> Kernel:
     else:
         first, step = "threadIdx.x", str(BLOCK)
     loop = f"  for (long long i = {first}; i < n_idx; i += {step}) {{\n    {j}\n"
-    lines, value = src()
     body = "".join(f"      {ln}\n" for ln in lines)
     phases = (
         f"{loop}    if (j >= 0 && j < n_out) win[j] = 0u;\n  }}\n",
@@ -188,20 +186,8 @@ class KernelScatterFused(KernelOp):
     def render(self, slots) -> Kernel:
         dts = self.leaf_dtypes()
 
-        def src():
-            if not any(isinstance(n.op, KernelReduce) for n in self.nodes()):  # one value per thread, by flat index
-                em = Emitter(dts, 1, coords=False, base=2)
-                name, _, _ = em.value(self.src[0], cvar("i"))
-                return em.root.lines, store(self.dtype, name)
-            # a row reduction in the body (q/k-norm): each thread runs it serially at its element's
-            # coordinates (a row group of one, no register tiles); the rows are a head_dim long
-            em = Emitter(dts, 1, coords=True, strict=False, base=2, tile_max=0)
-            rvars = tuple(cvar(f"y{j}") for j in range(len(self.index_shape)))
-            name, _, _ = em.value(self.src[0], rvars)
-            head = ["const long long row = i;", "const int lane = 0;", *row_coords(self.index_shape)]
-            return [*head, *em.root.lines], store(self.dtype, name)
-
-        return scatter_kernel(self, slots, list(dts), src)
+        lines, name, _ = element_value(self.src[0], dts, self.index_shape, 2)
+        return scatter_kernel(self, slots, list(dts), lines, store(self.dtype, name))
 
 
 # preference order (backend.py): the write computing its values before the one reading them
