@@ -116,7 +116,7 @@ def test_fused_cache_writes_run_on_cpu(name, tmp_path):
     shapes = {op: [replace(op, wide=w) for w in (False, True)] for op in ops}  # both launch shapes
     kernels = {v: v.render(SLOTS) for vs in shapes.values() for v in vs}
     assert nvrtc.compile_cubin(source(list(kernels.values())), arch="sm_90")[:4] == b"\x7fELF"
-    so = compile_on_cpu(kernels, lambda op: [op.dtype, op.dtype, op.index_dtype, *op.leaf_dtypes()], tmp_path)
+    so = compile_on_cpu(kernels, lambda op: [op.dtype, op.dtype, *op.leaf_dtypes()], tmp_path)
     rng = np.random.default_rng(0)
     weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     caches = {n: rng.uniform(-1, 1, sh).astype(lm.bf16.np) for n, sh in model.cache_shapes.items()}

@@ -151,18 +151,19 @@ class KernelFused(KernelOp):
         return Kernel(code, (Launch(name, ceil_div(prod(row_shape), num(rpb)), BLOCK),), hdrs)
 
 
-def element_value(root: FNode, in_dts: tuple[DType, ...], shape: EList, base: int) -> tuple[list[str], str, DType]:
-    """(statements, C value, dtype) of a fused body `root` (a value of row-major `shape`) at flat
-    index `i`, one thread per element, its leaf k read from parameter in{base + k}: the index or the
-    values a gather / in-place scatter computes where it uses them. A row reduction in the body
+def element_values(
+    roots: tuple[FNode, ...], in_dts: tuple[DType, ...], shape: EList, base: int
+) -> tuple[list[str], list[str]]:
+    """(statements, C value of each root) of fused bodies `roots` (values of row-major `shape`) at
+    flat index `i`, one thread per element, leaf k read from parameter in{base + k}: the index or the
+    values a gather / in-place scatter computes where it uses them. A row reduction in a body
     (q/k-norm over head_dim) runs serially in the element's thread, at its coordinates."""
-    if not any(isinstance(n.op, KernelReduce) for n in fexpr.ops((root,))):
+    if not any(isinstance(n.op, KernelReduce) for n in fexpr.ops(roots)):
         em = Emitter(in_dts, 1, coords=False, base=base)
-        name, dt, _ = em.value(root, cvar("i"))
-        return em.root.lines, name, dt
+        return em.root.lines, [em.value(r, cvar("i"))[0] for r in roots]
     em = Emitter(in_dts, 1, coords=True, strict=False, base=base, tile_max=0)  # a row group of one, no tiles
-    name, dt, _ = em.value(root, tuple(cvar(f"y{j}") for j in range(len(shape))))
-    return ["const long long row = i;", "const int lane = 0;", *row_coords(shape), *em.root.lines], name, dt
+    names = [em.value(r, tuple(cvar(f"y{j}") for j in range(len(shape))))[0] for r in roots]
+    return ["const long long row = i;", "const int lane = 0;", *row_coords(shape), *em.root.lines], names
 
 
 def row_coords(row_shape: EList) -> list[str]:

@@ -40,7 +40,7 @@ from luminal.backends.cuda.kernel import (
     store,
 )
 from luminal.backends.cuda.kernels.emit import wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, element_value
+from luminal.backends.cuda.kernels.fused import arg_dtype, element_values
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Gather, Scatter, fexpr
@@ -147,7 +147,7 @@ class KernelGatherFused(KernelOp):
 
     def render(self, slots) -> Kernel:
         dts = self.leaf_dtypes()
-        lines, name, _ = element_value(self.index[0], dts, self.index_shape, 1)
+        lines, (name,) = element_values(self.index, dts, self.index_shape, 1)
         return gather_kernel(self, slots, list(dts), 0, lines, f"(long long)({name})")
 
 

@@ -35,7 +35,7 @@ from luminal.backends.cuda.kernel import (
     store,
 )
 from luminal.backends.cuda.kernels.emit import wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, element_value
+from luminal.backends.cuda.kernels.fused import arg_dtype, element_values
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Scatter, fexpr
@@ -73,38 +73,39 @@ class KernelScatterInplace(KernelOp):
         return prod(self.dest_shape) * 4
 
     def render(self, slots) -> Kernel:
+        j = f"(long long)in1[{index_c(self.index_shape, self.index_strides)}]"
         src = f"in2[{index_c(self.index_shape, self.src_strides)}]"
-        return scatter_kernel(self, slots, [self.dtype], [], src)
+        return scatter_kernel(self, slots, [self.index_dtype, self.dtype], ([], j), ([], src))
 
 
-def scatter_kernel(op, slots, src_dtypes: list[DType], lines: list[str], value: str) -> Kernel:
-    """The three-phase in-place scatter of `op` (KernelScatterInplace or KernelScatterFused): `lines`
-    then C `value` compute the element written for index position i from inputs in2, in3, .. of
-    `src_dtypes`."""
-    dt, it = op.dtype, op.index_dtype
+def scatter_kernel(op, slots, in_dtypes: list[DType], index, value) -> Kernel:
+    """The three-phase in-place scatter of `op` (KernelScatterInplace or KernelScatterFused) reading
+    inputs in1, in2, .. of `in_dtypes`: `index` = (statements, C) of the destination index of index
+    position i, `value` = (statements, C) of the element written there (after index's)."""
+    dt = op.dtype
     decls = dim_decls(op.dim_names(), slots) + (
         f"  const long long n_out = {c_expr(prod(op.dest_shape))};\n"
         f"  const long long n_idx = {c_expr(prod(op.index_shape))};\n"
     )
-    params = "".join(f"const {d.cuda}* __restrict__ in{k + 2}, " for k, d in enumerate(src_dtypes))
-    sig = (f"({dt.cuda}* out, const {dt.cuda}* in0, const {it.cuda}* __restrict__ in1, {params}"
+    params = "".join(f"const {d.cuda}* __restrict__ in{k + 1}, " for k, d in enumerate(in_dtypes))
+    sig = (f"({dt.cuda}* out, const {dt.cuda}* in0, {params}"
            "const long long* __restrict__ dims, unsigned int* __restrict__ win)")  # fmt: skip
-    j = f"const long long j = (long long)in1[{index_c(op.index_shape, op.index_strides)}];"
     if op.wide:
         first = f"(long long)blockIdx.x * {BLOCK} + threadIdx.x"
         step = f"(long long)gridDim.x * {BLOCK}"
     else:
         first, step = "threadIdx.x", str(BLOCK)
-    loop = f"  for (long long i = {first}; i < n_idx; i += {step}) {{\n    {j}\n"
-    body = "".join(f"      {ln}\n" for ln in lines)
+    loop = f"  for (long long i = {first}; i < n_idx; i += {step}) {{\n"
+    j = "".join(f"    {ln}\n" for ln in index[0]) + f"    const long long j = {index[1]};\n"
+    body = "".join(f"      {ln}\n" for ln in value[0])
     phases = (
-        f"{loop}    if (j >= 0 && j < n_out) win[j] = 0u;\n  }}\n",
-        f"{loop}    if (j >= 0 && j < n_out) atomicMax(&win[j], (unsigned int)(i + 1));\n  }}\n",
-        f"{loop}    if (j >= 0 && j < n_out && win[j] == (unsigned int)(i + 1)) {{\n{body}"
-        f"      out[j] = {value};\n    }}\n  }}\n",
+        f"{loop}{j}    if (j >= 0 && j < n_out) win[j] = 0u;\n  }}\n",
+        f"{loop}{j}    if (j >= 0 && j < n_out) atomicMax(&win[j], (unsigned int)(i + 1));\n  }}\n",
+        f"{loop}{j}    if (j >= 0 && j < n_out && win[j] == (unsigned int)(i + 1)) {{\n{body}"
+        f"      out[j] = {value[1]};\n    }}\n  }}\n",
     )
     head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) '
-    hdrs = headers(dt, *src_dtypes)
+    hdrs = headers(dt, *in_dtypes)
     if not op.wide:
         code = f"{head}KNAME{sig} {{\n{decls}" + "  __syncthreads();\n".join(phases) + "}\n"
         name, code = name_code(op.prefix, code)
@@ -117,33 +118,34 @@ def scatter_kernel(op, slots, src_dtypes: list[DType], lines: list[str], value: 
 
 @dataclass(frozen=True)
 class KernelScatterFused(KernelOp):
-    """KernelScatterInplace writing `src` (a fused body: its value at flat position i of the
-    row-major index shape is the element written for index i) instead of reading a src buffer."""
+    """KernelScatterInplace computing its indexes and the values it writes with fused bodies
+    (`index` and `src`, each one expression over the row-major index shape: its value at flat
+    position i is index i's destination, resp. the element written there) instead of reading them."""
 
     dest_shape: EList
     dest_strides: EList
     index_shape: EList
-    index_strides: EList
     dtype: DType
     index_dtype: DType
     wide: bool
+    index: FArgs
     src: FArgs
     prefix: ClassVar[str] = "scatter_fused"
     inplace: ClassVar[bool] = True
 
     def __post_init__(self):
-        if len(self.src) != 1 or not isinstance(self.src[0], FNode):
-            raise BackendError(f"KernelScatterFused: src must be one fused expression (got {self.src})")
+        if any(len(b) != 1 or not isinstance(b[0], FNode) for b in (self.index, self.src)):
+            raise BackendError(f"KernelScatterFused: index and src must be one fused expression each (got {self})")
 
     @property
     def n_inputs(self) -> int:  # type: ignore[override]
-        return 2 + fexpr.n_leaves(self.src)
+        return 1 + fexpr.n_leaves((*self.index, *self.src))
 
     def alias(self) -> tuple[int, Expression]:
         return (0, ZERO)
 
     def nodes(self) -> list[FNode]:
-        return list(fexpr.ops(self.src))
+        return list(fexpr.ops((*self.index, *self.src)))
 
     def leaf_dtypes(self) -> tuple[DType, ...]:
         out: dict[int, DType] = {}
@@ -151,7 +153,7 @@ class KernelScatterFused(KernelOp):
             for k, a in enumerate(n.args):
                 if isinstance(a, FLeaf):
                     out.setdefault(a.index, arg_dtype(n.op, k))
-        return tuple(out[i] for i in range(self.n_inputs - 2))
+        return tuple(out[i] for i in range(self.n_inputs - 1))
 
     def out_dtype(self, in_dtypes):
         return self.dtype
@@ -160,8 +162,7 @@ class KernelScatterFused(KernelOp):
         return prod(self.dest_shape)
 
     def dim_names(self) -> frozenset[str]:
-        names = frozenset().union(*(e.dims() for e in (*self.dest_shape, *self.dest_strides, *self.index_shape,
-                                                       *self.index_strides)))  # fmt: skip
+        names = frozenset().union(*(e.dims() for e in (*self.dest_shape, *self.dest_strides, *self.index_shape)))
         return names.union(*(n.op.dim_names() for n in self.nodes()))
 
     def scratch_bytes(self) -> Expression:
@@ -171,23 +172,24 @@ class KernelScatterFused(KernelOp):
         raise BackendError("KernelScatterFused reads its leaves through several views: use input_reads()")
 
     def input_reads(self):
-        reads = [(0, self.dest_shape, self.dest_strides), (1, self.index_shape, self.index_strides)]
-        return tuple(reads) + tuple((2 + a.index, *n.op.input_views()[k]) for n in self.nodes()
-                                    for k, a in enumerate(n.args) if isinstance(a, FLeaf))  # fmt: skip
+        return ((0, self.dest_shape, self.dest_strides),) + tuple(
+            (1 + a.index, *n.op.input_views()[k]) for n in self.nodes() for k, a in enumerate(n.args)
+            if isinstance(a, FLeaf))  # fmt: skip
 
     def reference(self, ins, in_dtypes, env):
-        root = self.src[0]
-        vals = fexpr.evaluate(root.op, root.args, list(ins[2:]), tuple(in_dtypes[2:]), env, hold=wide,
-                              exact=lambda op: op.exact_operands)  # fmt: skip
+        leaves, dts = list(ins[1:]), tuple(in_dtypes[1:])
+        idx, vals = (fexpr.evaluate(b[0].op, b[0].args, leaves, dts, env, hold=wide, exact=lambda op: op.exact_operands)
+                     for b in (self.index, self.src))  # fmt: skip
         flat = contiguous_strides(tuple(self.index_shape))
-        hl = Scatter(self.dest_shape, self.dest_strides, self.index_shape, self.index_strides, flat)
-        return hl.reference([ins[0], ins[1], np.asarray(vals, self.dtype.np)], (*in_dtypes[:2], self.dtype), env)
+        hl = Scatter(self.dest_shape, self.dest_strides, self.index_shape, flat, flat)
+        arrays = [ins[0], np.asarray(idx, self.index_dtype.np), np.asarray(vals, self.dtype.np)]
+        return hl.reference(arrays, (in_dtypes[0], self.index_dtype, self.dtype), env)
 
     def render(self, slots) -> Kernel:
         dts = self.leaf_dtypes()
-
-        lines, name, _ = element_value(self.src[0], dts, self.index_shape, 2)
-        return scatter_kernel(self, slots, list(dts), lines, store(self.dtype, name))
+        il, (iv,) = element_values(self.index, dts, self.index_shape, 1)
+        sl, (sv,) = element_values(self.src, dts, self.index_shape, 1)  # in a block nested in the index's
+        return scatter_kernel(self, slots, list(dts), (il, f"(long long)({iv})"), (sl, store(self.dtype, sv)))
 
 
 # preference order (backend.py): the write computing its values before the one reading them
