@@ -16,6 +16,7 @@ import luminal as lm
 from luminal.backends.cuda import runtime
 from luminal.backends.reference import ReferenceExecutor
 from luminal.egraph.compile import build_egraph, preference
+from luminal.egraph.search import sample_genomes
 from luminal.models import gemma, llama, qwen
 from luminal.models.common import random_weights
 from tests.backends.cuda import fake_driver
@@ -130,6 +131,22 @@ def test_decode_step_plan_agrees_with_the_reference(name, fake):
     _check(name, model, feed, got, want)
     for label in want:
         np.testing.assert_array_equal(got[label], old[label], err_msg=f"{name} {label}")
+
+
+def test_every_sampled_decode_extraction_agrees_with_the_reference():
+    """Random extractions of the decode step (each class's choice at random: fused scatters and
+    gathers with their bodies computed or read, slices read inline or copied) against the HLIR."""
+    model = step("qwen3", 1, small=True)
+    g = model.graph
+    view = build_egraph(g, CpuCudaBackend(), BOUNDS)
+    feed, dims = _feed(model)
+    want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+    seen = Counter()
+    for llir in sample_genomes(view, 6, seed=11):
+        seen.update(llir.op_counts())
+        got = ReferenceExecutor(llir.nodes, llir.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+        _check("qwen3 sampled", model, feed, got, want)
+    assert {"KernelScatterFused", "KernelScatterInplace", "KernelGatherFused"} <= set(seen), seen
 
 
 def _run(llir, feed: dict, dims: dict) -> dict:
