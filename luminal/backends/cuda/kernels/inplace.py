@@ -9,11 +9,12 @@ O(#indexes), not O(destination). `wide = false`: one block, the phases separated
 __syncthreads (one launch: decode writes a few hundred elements); `wide = true`: three launches
 over the whole grid (prefill writes n_kv * s * head_dim). The rule offers both; search picks.
 
-KernelScatterFused: the same in-place update with the written values computed by a fused body
-(`src`, one expression, luminal/hlir/fexpr.py) evaluated at each index position instead of read
-from a buffer: the rotary embedding of k (or the slice of a stacked q/k/v GEMV that is v) is
-computed in the launch that writes it into the cache (rule: inplace.egg, `scatter-fused`). Inputs:
-(dest, indexes, the body's leaves). Values are held and rounded like KernelFused's (fused.py).
+KernelScatterFused: the same in-place update with the indexes and the written values computed by
+fused bodies (`index`, `src`: one expression each, luminal/hlir/fexpr.py) at each index position
+instead of read from buffers: the cache position p + row, and the rotary embedding of k (with a
+q/k-norm) or v read at its offset in the stacked q/k/v GEMV's output, are computed in the launch
+that writes the cache (rule: inplace.egg, `scatter-fused`). Inputs: (dest, the bodies' leaves).
+Values are held and rounded like KernelFused's (fused.py).
 """
 
 from __future__ import annotations
