@@ -23,6 +23,8 @@ from luminal.backends.cuda.kernels import (
     KernelSqrt,
     KernelSumReduce,
 )
+from luminal.backends.cuda.kernels.indexing import KernelGatherFused
+from luminal.backends.cuda.kernels.inplace import KernelScatterFused
 from luminal.dtype import DType
 from luminal.hlir.fexpr import FLeaf, FNode
 from luminal.shape.expr import num, var, z
@@ -75,6 +77,13 @@ def kernels_for(dt: DType) -> list:
     out += [
         KernelScatterInplace(CONTIG.dims, CONTIG.strides, (s,), (z,), (z * 0,), dt, DType.i64, w) for w in (False, True)
     ]
+    # the gather / in-place scatter computing its index (p + position) and values (a strided read)
+    i32 = DType.i32
+    idx = FNode(KernelCast((s,), (z,), i32, i32), (FNode(KernelAdd((s,), (z,), (z * 0,), i32),
+                                                       (FNode(KernelIota(z, s, i32), ()), FLeaf(0))),))  # fmt: skip
+    out.append(KernelGatherFused((s,), (num(16),), (z,), dt, i32, (idx,)))
+    val = FNode(KernelCast((s,), (z * 2,), dt, dt), (FLeaf(1),))
+    out += [KernelScatterFused(CONTIG.dims, CONTIG.strides, (s,), dt, i32, w, (idx,), (val,)) for w in (False, True)]
     out += [KernelCast(CONTIG.dims, CONTIG.strides, to, dt) for to in DTYPES if to != dt]  # every conversion
     out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in (DType.f32, DType.i32) if to != dt]  # strided
     return out + fused_for(dt)

@@ -206,7 +206,7 @@ def test_every_sampled_extraction_matches_the_reference(name):
     g = _graph(name, lm.f32)
     view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
     feed = _feed(g, {"s": 1}, 1)
-    llirs = sample_genomes(view, 16, seed=5)
+    llirs = sample_genomes(view, 32, seed=5)  # 32: every fused read of a stacked slice is one more choice
     assert any(isinstance(n.op, KernelGemvFused) for ll in llirs for n in ll.nodes)
     assert any(not any(isinstance(n.op, KernelGemvFused) for n in ll.nodes) for ll in llirs)  # unfused too
     for llir in llirs:
@@ -256,7 +256,7 @@ def test_llama_decode_layer_uses_fused_gemvs():
     # every normalized x loads h (the residual stream) from its buffer; every residual is loaded too:
     # no op recomputes the stream inline, so its input count does not grow with depth
     assert all(op.n_inputs <= op.m + 3 for op in fused), [(op.m, op.n_inputs) for op in fused]
-    assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 3
+    assert sum(isinstance(n.op, KernelSlice) for n in after.nodes) == 0  # q, k, v read in place (fuse-slice)
     b, a = launch_summary(before), launch_summary(after)
     assert a["ops"] <= b["ops"] - 8 and a["launches"] <= b["launches"] - 8, (b, a)
     _compiles(_launches(after))
