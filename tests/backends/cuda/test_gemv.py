@@ -118,6 +118,7 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // finite values: ro
   uint32_t u; memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); return {(uint16_t)(u >> 16)};
 }
 thread_local dim3 threadIdx, blockIdx;
+static dim3 gridDim;
 static std::barrier<>* block_bar;
 static std::barrier<>* warp_bar[32];
 static unsigned long long lanes[32][32];
@@ -148,6 +149,7 @@ static inline float __bfloat162float(__nv_bfloat16 h) { return bf(h); }
 """
 _RUN = r"""
 extern "C" void run_{name}(void* out, const void* x, const void* w, const long long* dims, int grid, int block) {{
+  gridDim.x = grid;
   for (int b = 0; b < grid; ++b) {{
     std::barrier<> bar(block); block_bar = &bar;
     for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);

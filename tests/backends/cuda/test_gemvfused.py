@@ -287,6 +287,7 @@ def test_the_cuda_runtime_runs_fused_plans_on_the_fake_device(monkeypatch):
 _RUN = r"""
 extern "C" void run_{name}(void** a, const long long* dims, int grid, int block) {{
   std::barrier<> bar(block); block_bar = &bar;  // one thread per CUDA thread, reused block after block
+  gridDim.x = grid;
   for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);
   std::vector<std::thread> ts;
   for (int t = 0; t < block; ++t)
