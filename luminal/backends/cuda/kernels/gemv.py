@@ -146,6 +146,11 @@ VARIANTS: dict[str, GemvVariant] = {
         GemvVariant(rows=2, stream=True, occupancy=3),
         GemvVariant(split=2, stream=True, x_smem=True, occupancy=4),
         GemvVariant(warps=4, split=2, stream=True, occupancy=8),
+        # a grid of one wave walking the rows (x staged once per block); gemv.looped picks among these
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(split=2, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(split=4, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2),
     )
 }
 BASELINE = VARIANTS["w8r1s1u4"]
