@@ -4,12 +4,13 @@
 
 Decode blocks (s = 1) at llama-3.2-1b and llama-3.1-8b shapes: RMSNorm -> q projection; RMSNorm ->
 q/k/v (stacked GEMV + slices); RMSNorm -> gate/up/silu(gate)*up (gated); down projection +
-residual; the whole MLP half-block. Each block is repeated L times with its own weights (>= 256 MB
-of weights per graph: the 50 MB L2 never holds the weight being read) and planned twice from one
-e-graph: the search's first candidate with the fused GEMVs, and without them (same rules, the
-fused ops not runnable). Both plans use the GEMV kernel for every matmul (cuBLASLt left out) so
-the difference is the fusion. Timing: CudaExecutor.profile (CUDA events around the replayed CUDA
-graph, after warm-up, ones-filled inputs) / L. GB/s = bytes every input is read once + outputs
+residual; the whole MLP half-block; the final RMSNorm -> lm_head (128256 rows). Each block is
+repeated L times with its own weights (>= 256 MB of weights per graph: the 50 MB L2 never holds
+the weight being read) and planned twice from one e-graph: the search's first candidate with the
+fused GEMVs, and without them (same rules, the fused ops not runnable). Both plans use the GEMV
+kernel for every matmul (cuBLASLt left out) so the difference is the fusion. Timing:
+CudaExecutor.profile (CUDA events around the replayed CUDA graph, after warm-up, ones-filled
+inputs) / L. GB/s = bytes every input is read once + outputs
 written, over the time; % of a device-to-device copy measured in the same run (bench/kernels.py).
 Before timing, each plan of a one-copy graph runs on random inputs against the reference backend
 (exit 1 when off). Prints one table; --json writes the rows.
@@ -30,6 +31,7 @@ import numpy as np  # noqa: E402
 import luminal as lm  # noqa: E402
 
 PRESETS = {"1b": (2048, 8192, 512), "8b": (4096, 14336, 1024)}  # (dim, hidden, kv width)
+VOCAB = 128256  # llama 3's lm_head rows
 ROTATE_BYTES = 256 << 20
 
 
@@ -79,7 +81,11 @@ def blocks(dim: int, hidden: int, kv: int):
         a = _lin(g, x, f"Wg{i}", hidden, dt).silu() * _lin(g, x, f"Wu{i}", hidden, dt)
         (h + _lin(g, a, f"Wd{i}", dim, dt)).output(f"y{i}")
 
-    return {"norm+q": q, "norm+qkv": qkv, "norm+gate/up/act": gated, "down+residual": down, "mlp": mlp}
+    def lm_head(g, dt, i, act):
+        _lin(g, _norm(g, act("x", dim), dt, i), f"Wl{i}", VOCAB, dt).output(f"l{i}")
+
+    return {"norm+q": q, "norm+qkv": qkv, "norm+gate/up/act": gated, "down+residual": down, "mlp": mlp,
+            "norm+lm_head": lm_head}  # fmt: skip
 
 
 def graph_of(build, dt, copies: int) -> lm.Graph:
@@ -122,17 +128,22 @@ def launches(llir) -> int:
                for n in llir.nodes)  # fmt: skip
 
 
-def check(g: lm.Graph, llir, dt) -> float:
-    """Max |got - want| / max |want| over the outputs, random inputs (weights scaled by 1/sqrt(in))."""
-    from luminal.backends.cuda.runtime import CudaExecutor
-
+def reference(g: lm.Graph, dt) -> tuple[dict, dict]:
+    """Random inputs (weights scaled by 1/sqrt(in)) and the reference backend's outputs on them."""
     rng = np.random.default_rng(0)
     feed = {}
     for name, sh in g.input_shapes.items():
         shape = tuple(1 if not d.is_num else d.value for d in sh)
-        feed[name] = (rng.uniform(-1, 1, shape) * (shape[-1] ** -0.5 if name.startswith("W") else 1)).astype(dt.np)
+        u = rng.random(shape, dtype=np.float32) * 2 - 1  # f32: the lm_head's 0.5-1 G values in seconds
+        feed[name] = (u * (shape[-1] ** -0.5 if name.startswith("W") else 1)).astype(dt.np)
+    return feed, g.compile("reference", cache=False).run(feed)
+
+
+def check(llir, feed: dict, want: dict) -> float:
+    """Max |got - want| / max |want| over the outputs of `llir` run on the device."""
+    from luminal.backends.cuda.runtime import CudaExecutor
+
     got = CudaExecutor(llir.nodes).run(feed, {"s": 1})
-    want = g.compile("reference", cache=False).run(feed)
     return max(float(np.max(np.abs(np.asarray(got[k], np.float64).reshape(w.shape) - w)) / np.max(np.abs(w)))
                for k, w in want.items())  # fmt: skip
 
@@ -152,8 +163,9 @@ def bench(preset: str, dt, reps: int, ceiling: float) -> list[dict]:
         moved = sum(math.prod(1 if not d.is_num else d.value for d in sh) for sh in g.input_shapes.values())
         moved += sum(int(g.nodes[i].size.evaluate(env)) for i in g.outputs.values())
         moved *= dt.itemsize / copies
+        feed, want = reference(one, dt)
         for kind, backend in zip(("unfused", "fused"), backends(), strict=True):
-            err = check(one, plan(one, backend), dt)
+            err = check(plan(one, backend), feed, want)
             llir = plan(g, backend)
             t = CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
             gbs = moved / t / 1e9
