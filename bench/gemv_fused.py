@@ -1,6 +1,6 @@
 """Fused decode GEMVs (GPU machine): KernelGemvFused plans against the unfused plans of the same blocks.
 
-  python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b]
+  python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b] [--blocks a,b]
 
 Decode blocks (s = 1) at llama-3.2-1b and llama-3.1-8b shapes: RMSNorm -> q projection; RMSNorm ->
 q/k/v (stacked GEMV + slices); RMSNorm -> gate/up/silu(gate)*up (gated); down projection +
@@ -148,13 +148,15 @@ def check(llir, feed: dict, want: dict) -> float:
                for k, w in want.items())  # fmt: skip
 
 
-def bench(preset: str, dt, reps: int, ceiling: float) -> list[dict]:
+def bench(preset: str, dt, reps: int, ceiling: float, only: list[str] | None = None) -> list[dict]:
     from luminal.backends.cuda.backend import input_extents
     from luminal.backends.cuda.runtime import CudaExecutor
 
     dim, hidden, kv = PRESETS[preset]
     rows = []
     for name, build in blocks(dim, hidden, kv).items():
+        if only is not None and name not in only:
+            continue
         one = graph_of(build, dt, 1)
         wbytes = sum(math.prod(d.value for d in sh) * dt.itemsize for n, sh in one.input_shapes.items() if n[0] == "W")
         copies = max(2, math.ceil(ROTATE_BYTES / wbytes))
@@ -188,6 +190,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--dtype", type=str, default="bf16")
     ap.add_argument("--presets", type=str, default="1b,8b")
+    ap.add_argument("--blocks", type=str, default="", help="comma-separated block names (default: all)")
     args = ap.parse_args()
     driver.device()
     ceiling = copy_ceiling(512 << 20)
@@ -196,7 +199,7 @@ def main() -> None:
     print(head + f" {'kern':>5} {'rel err':>9}")
     rows = []
     for p in args.presets.split(","):
-        rows += bench(p, DType(args.dtype), args.reps, ceiling)
+        rows += bench(p, DType(args.dtype), args.reps, ceiling, args.blocks.split(",") if args.blocks else None)
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_gbs": ceiling, "rows": rows}, indent=1))
     wrong = [f"{r['preset']} {r['block']} {r['plan']} (rel err {r['rel_err']:.1e})" for r in rows if not r["ok"]]
