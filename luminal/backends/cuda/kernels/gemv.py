@@ -7,7 +7,10 @@ ld are multiples of one 16-byte vector (8 bf16 / 8 f16 / 4 f32), so every load i
 aligned (buffers are 256-aligned); f32 accumulation, rounded once at the store.
 
 One generator, one schedule knob: `GemvVariant` (named presets in VARIANTS; `render` uses
-DEFAULT[dtype]; bench/gemv_variants.py times every preset on the GPU). A block holds `warps`
+DEFAULT[dtype]; bench/gemv_variants.py times every preset on the GPU). A block computes tiles of
+`rows_per_block` rows blockIdx.x, + gridDim.x, ...: one per block, or, with `waves`, a grid capped
+at one wave of resident blocks that stage x once and walk many tiles (`looped`: KernelGemvFused's
+schedule, whose x prologue is worth computing once per block; docs/perf.md has the reasoning). A block holds `warps`
 warps; `split` warps share a group of `rows` rows, lanes stride their slice of the row in 16-byte
 vectors (a warp load is 512 contiguous bytes), and each lane loads a batch of `unroll` W vectors
 per row before it consumes any. x is read once per batch for all `rows` rows, through __ldg or from

@@ -9,6 +9,8 @@ its own buffer: nothing is copied or concatenated), then the bodies' leaves, num
   its buffer like KernelGemv's x; an expression (RMSNorm or any row normalization, with its row
   reductions) is computed by every block into shared memory before the weight stream, rounded to
   `dtype` as the unfused chain stores it. x is a few KB and L2-resident; the weights stream once.
+  The schedule is gemv.looped: a grid of at most one wave of blocks that each compute x once and
+  walk many rows, the first rows' weights prefetched into L2 while x is computed.
 * `epi` (one expression, "zip" mode): every weight has n = ns[0] rows, output row j is `epi` at j
   where `KernelAcc(q)` is the f32 dot product of x with row j of weight q (held unrounded, like
   every value inside a fused kernel): a residual or bias add, or the gate of a gated MLP,
