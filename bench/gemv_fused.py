@@ -1,6 +1,7 @@
 """Fused decode GEMVs (GPU machine): KernelGemvFused plans against the unfused plans of the same blocks.
 
   python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b] [--blocks a,b]
+                             [--schedules looped,old,no-prefetch,u-half,waves2]
 
 Decode blocks (s = 1) at llama-3.2-1b and llama-3.1-8b shapes: RMSNorm -> q projection; RMSNorm ->
 q/k/v (stacked GEMV + slices); RMSNorm -> gate/up/silu(gate)*up (gated); down projection +
@@ -10,10 +11,12 @@ the weight being read) and planned twice from one e-graph: the search's first ca
 fused GEMVs, and without them (same rules, the fused ops not runnable). Both plans use the GEMV
 kernel for every matmul (cuBLASLt left out) so the difference is the fusion. Timing:
 CudaExecutor.profile (CUDA events around the replayed CUDA graph, after warm-up, ones-filled
-inputs) / L. GB/s = bytes every input is read once + outputs
-written, over the time; % of a device-to-device copy measured in the same run (bench/kernels.py).
+inputs) / L. GB/s = bytes every input is read once + outputs written, over the time; % of a
+device-to-device copy measured in the same run (bench/kernels.py).
 Before timing, each plan of a one-copy graph runs on random inputs against the reference backend
-(exit 1 when off). Prints one table; --json writes the rows.
+(exit 1 when off). Prints one table; --json writes the rows. --schedules times the fused plan
+again with other schedules of KernelGemvFused (SCHEDULES: `old` = before the looped schedule),
+each checked too.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import argparse
 import json
 import math
 import sys
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import luminal as lm  # noqa: E402
+from luminal.backends.cuda.kernels.gemv import DEFAULT  # noqa: E402
 
 PRESETS = {"1b": (2048, 8192, 512), "8b": (4096, 14336, 1024)}  # (dim, hidden, kv width)
 VOCAB = 128256  # llama 3's lm_head rows
@@ -148,7 +154,32 @@ def check(llir, feed: dict, want: dict) -> float:
                for k, w in want.items())  # fmt: skip
 
 
-def bench(preset: str, dt, reps: int, ceiling: float, only: list[str] | None = None) -> list[dict]:
+# other schedules of the fused op, timed on the same plan (--schedules): the one before the looped
+# schedule (a block per 2 rows, 4 warps a row, the plain GEMV's default) and the looped one less one knob
+SCHEDULES = {
+    "looped": None,
+    "old": lambda op, v: DEFAULT[op.dtype],
+    "no-prefetch": lambda op, v: replace(v, prefetch=0),
+    "u-half": lambda op, v: replace(v, unroll=max(1, v.unroll // 2)),
+    "waves2": lambda op, v: replace(v, waves=2),
+}
+
+
+@contextmanager
+def schedule(name: str):
+    """KernelGemvFused renders with SCHEDULES[name] (the looped variant it would pick -> another)."""
+    from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
+
+    pick, own = SCHEDULES[name], KernelGemvFused.variant
+    if pick is not None:
+        KernelGemvFused.variant = lambda op: pick(op, own(op))
+    try:
+        yield
+    finally:
+        KernelGemvFused.variant = own
+
+
+def bench(preset: str, dt, reps: int, ceiling: float, only=None, schedules=("looped",)) -> list[dict]:
     from luminal.backends.cuda.backend import input_extents
     from luminal.backends.cuda.runtime import CudaExecutor
 
@@ -167,16 +198,22 @@ def bench(preset: str, dt, reps: int, ceiling: float, only: list[str] | None = N
         moved *= dt.itemsize / copies
         feed, want = reference(one, dt)
         for kind, backend in zip(("unfused", "fused"), backends(), strict=True):
-            err = check(plan(one, backend), feed, want)
-            llir = plan(g, backend)
-            t = CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
-            gbs = moved / t / 1e9
-            rows.append({"preset": preset, "dtype": dt.value, "block": name, "plan": kind, "us": t * 1e6, "gbs": gbs,
-                         "pct": 100 * gbs / ceiling, "launches": launches(llir) / copies, "copies": copies,
-                         "rel_err": err, "ok": bool(err <= (2e-2 if dt.itemsize == 2 else 1e-4))})  # fmt: skip
-            r = rows[-1]
-            print(f"{preset:>3} {dt.value:>5} {name:18} {kind:8} {r['us']:9.2f} {gbs:8.0f} {r['pct']:6.1f}% "
-                  f"{r['launches']:5.1f} {err:9.1e}{'' if r['ok'] else '  WRONG'}", flush=True)  # fmt: skip
+            small, llir = plan(one, backend), plan(g, backend)
+            for sched in ("looped",) if kind == "unfused" else schedules:
+                with schedule(sched):
+                    err = check(small, feed, want)
+                    ex = CudaExecutor(llir.nodes)
+                t = ex.profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
+                del ex
+                label = kind if sched == "looped" else f"{kind}:{sched}"
+                gbs = moved / t / 1e9
+                ok = bool(err <= (2e-2 if dt.itemsize == 2 else 1e-4))
+                rows.append({"preset": preset, "dtype": dt.value, "block": name, "plan": label, "us": t * 1e6,
+                             "gbs": gbs, "pct": 100 * gbs / ceiling, "launches": launches(llir) / copies,
+                             "copies": copies, "rel_err": err, "ok": ok})  # fmt: skip
+                r = rows[-1]
+                print(f"{preset:>3} {dt.value:>5} {name:18} {label:17} {r['us']:9.2f} {gbs:8.0f} {r['pct']:6.1f}% "
+                      f"{r['launches']:5.1f} {err:9.1e}{'' if r['ok'] else '  WRONG'}", flush=True)  # fmt: skip
     return rows
 
 
@@ -191,15 +228,19 @@ def main() -> None:
     ap.add_argument("--dtype", type=str, default="bf16")
     ap.add_argument("--presets", type=str, default="1b,8b")
     ap.add_argument("--blocks", type=str, default="", help="comma-separated block names (default: all)")
+    ap.add_argument(
+        "--schedules", type=str, default="looped", help=f"fused-op schedules to time: {','.join(SCHEDULES)}"
+    )
     args = ap.parse_args()
     driver.device()
     ceiling = copy_ceiling(512 << 20)
     print(f"copy ceiling (torch d2d, 512 MB): {ceiling:.0f} GB/s")
-    head = f"{'':>3} {'dtype':>5} {'block':18} {'plan':8} {'us':>9} {'GB/s':>8} {'% copy':>7}"
+    head = f"{'':>3} {'dtype':>5} {'block':18} {'plan':17} {'us':>9} {'GB/s':>8} {'% copy':>7}"
     print(head + f" {'kern':>5} {'rel err':>9}")
     rows = []
     for p in args.presets.split(","):
-        rows += bench(p, DType(args.dtype), args.reps, ceiling, args.blocks.split(",") if args.blocks else None)
+        only = args.blocks.split(",") if args.blocks else None
+        rows += bench(p, DType(args.dtype), args.reps, ceiling, only, args.schedules.split(","))
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_gbs": ceiling, "rows": rows}, indent=1))
     wrong = [f"{r['preset']} {r['block']} {r['plan']} (rel err {r['rel_err']:.1e})" for r in rows if not r["ok"]]
