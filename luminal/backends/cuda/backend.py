@@ -115,7 +115,7 @@ class CudaBackend:
     def counters(self) -> dict[str, float]:
         """NVRTC counters (compiles, cache hits, seconds) and profiling counters (PROFILE_STATS): the
         compiler reports their change per compile."""
-        return {**{f"nvrtc_{k}": v for k, v in nvrtc.STATS.items()}, **PROFILE_STATS}
+        return {**nvrtc.STATS, **PROFILE_STATS}
 
 
 def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float) -> None:
