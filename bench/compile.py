@@ -10,6 +10,14 @@ torch.compile time of the same architecture (transformers, random weights, same 
 
   python bench/compile.py                                   # reference backend (CPU), every preset
   python bench/compile.py --backend cuda --presets llama-3.2-1b,qwen3-0.6b,gemma-3-1b --torch
+  python bench/compile.py --backend cuda-cpu --presets llama-3.2-1b   # the CUDA rules without a GPU
+`--backend cuda-cpu` compiles with the CUDA backend's ops, rules and schedule on a machine without a GPU:
+kernels are really compiled by NVRTC (for sm_90, batched like the GPU path: each search batch's new
+kernels in one program, each whole plan's missing ones in another; per-kernel disk cache,
+nvrtc.compile_units), but plans are priced analytically
+(a launch cost per kernel plus bytes moved at the H200's copy bandwidth) instead of timed, and loaded
+as reference executors. Its `profile_s` column is then 0; `plans`, `upMB` (ones-filled inputs the
+GPU path would upload) and `nvrtc` are what the GPU run pays for on top of the CPU work.
   python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
 Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
 breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
@@ -35,25 +43,37 @@ PRESETS = ("llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-
 
 
 # -- graphs -----------------------------------------------------------------------------------------
-def graphs(preset: str, max_seq: int, layers: int | None):
-    """[(name, graph, buckets)] of one preset: the step graph(s) its runtime compiles."""
+def graphs(preset: str, max_seq: int, layers: int | None, dtype: str = "f32"):
+    """[(name, graph, buckets)] of one preset: the step graph(s) its runtime compiles, with the buckets
+    the generation engine gives them (luminal/models/engine.py `step_buckets`: decode and prefill)."""
+    import luminal as lm
+    from luminal.models.engine import step_buckets
+
+    dt = lm.dtype.to_dtype(dtype)
+
+    def buckets(g, cap):
+        dims = g.dims()
+        return [{d: b for d, b in plan.items() if d in dims} for plan in step_buckets(cap)]
+
     if preset.startswith("synthetic-"):
-        return [("step", synthetic(int(preset.split("-")[1])), {"s": [(1, 1), (2, max_seq)]})]
+        g = synthetic(int(preset.split("-")[1]))
+        return [("step", g, {"s": [(1, 1), (2, max_seq)]})]
     from luminal.models import gemma, llama, qwen, whisper
 
     if preset.startswith("whisper-"):
         cfg = whisper.CONFIGS[preset.split("-", 1)[1]]
         if layers:
             cfg = dataclasses.replace(cfg, enc_layers=layers, dec_layers=layers)
-        return [("encoder", whisper.encoder_graph(cfg), {}),
-                ("decoder", whisper.decoder_graph(cfg), {"s": [(1, 1), (2, cfg.text_ctx)]})]  # fmt: skip
+        dec = whisper.decoder_graph(cfg, dt)
+        return [("encoder", whisper.encoder_graph(cfg, dt), {}), ("decoder", dec, buckets(dec, cfg.text_ctx))]
     family = {"llama": (llama, llama.Transformer), "qwen3": (qwen, llama.Transformer),
               "qwen2.5": (qwen, llama.Transformer), "gemma": (gemma, gemma.Transformer)}  # fmt: skip
     mod, build = family[preset.split("-")[0]]
     cfg = mod.CONFIGS[preset]
     if layers:
         cfg = dataclasses.replace(cfg, n_layers=layers)
-    return [("step", build(cfg, max_seq).graph, {"s": [(1, 1), (2, max_seq)]})]
+    g = build(cfg, max_seq, dt).graph
+    return [("step", g, buckets(g, max_seq))]
 
 
 def synthetic(layers: int):
@@ -93,21 +113,78 @@ def synthetic(layers: int):
     return g
 
 
+# -- the CUDA backend without a GPU --------------------------------------------------------------------
+LAUNCH_S, COPY_BW = 3e-6, 4.25e12  # analytic pricing: per kernel launch, bytes/s (docs/perf.md)
+
+
+def cpu_cuda_backend():
+    """The CUDA backend's ops, rules and schedule with analytic pricing and NVRTC compiles (docstring)."""
+    from luminal.backends.cuda import backend as cb
+    from luminal.backends.cuda import nvrtc
+    from luminal.backends.cuda.kernel import source
+    from luminal.backends.reference.executor import ReferenceExecutor
+    from luminal.hlir import Input, Output
+
+    class CpuCuda(cb.CudaBackend):
+        name = "cuda"
+        compiled: set[str] = set()  # kernel code compiled so far (the runtime's loaded modules)
+
+        def __init__(self) -> None:
+            pass
+
+        @property
+        def device(self) -> str:
+            return "cuda-cpu-sm_90-analytic"
+
+        def _compile(self, plans) -> None:
+            """What the runtime's load_kernels does: the kernels not loaded yet, in one NVRTC program
+            (through nvrtc.compile_units: kernels on disk from any earlier batch are not recompiled)."""
+            ks = {k.code: k for p in plans for k in cb.plan_kernels(p.nodes) if k.code not in self.compiled}
+            if ks:
+                nvrtc.compile_units(list(ks), lambda codes: source([ks[c] for c in codes]), arch="sm_90")
+                self.compiled |= set(ks)
+
+        def measure(self, plans, env):
+            self._compile(plans)  # like the GPU path: the batch's kernels in one NVRTC program
+            return super().measure(plans, env)
+
+        def profile(self, llir, env):
+            self._compile([llir])
+            sizes = cb.input_extents(llir.nodes, env)
+            read = sum(sizes[n.op.label] * n.dtype.itemsize for n in llir.nodes if isinstance(n.op, Input))
+            ops = [n for n in llir.nodes if not isinstance(n.op, (Input, Output))]
+            wrote = sum(int(n.op.out_size().evaluate(env)) * n.dtype.itemsize for n in ops if n.op.alias() is None)
+            cb.count_profile(llir, sizes, 0.0)  # nothing is timed: profile_s stays 0
+            return LAUNCH_S * (1 + len(ops)) + (read + wrote) / COPY_BW
+
+        def load(self, llir):
+            self._compile([llir])
+            return ReferenceExecutor(llir.nodes, llir.outputs)
+
+    return CpuCuda()
+
+
 # -- one measurement (a fresh process) ----------------------------------------------------------------
-def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, layers: int | None) -> dict:
+def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, layers: int | None, dtype: str) -> dict:
     os.environ["LUMINAL_CACHE"] = cache
+    if backend == "cuda-cpu":
+        from luminal.backends.base import register_backend
+
+        register_backend("cuda-cpu", cpu_cuda_backend)
     t0 = time.perf_counter()
-    name, g, buckets = next(x for x in graphs(preset, max_seq, layers) if x[0] == which)
+    name, g, buckets = next(x for x in graphs(preset, max_seq, layers, dtype) if x[0] == which)
     t_build = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     model = g.compile(backend, buckets=buckets)
-    wall = time.perf_counter() - t0
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime  # this process's CPU seconds: load-independent
     st = model.stats
     out = {k: st.get(k) for k in ("hlir_nodes", "live_hlir_nodes", "egglog_commands", "egraph_nodes",
                                   "egraph_classes", "llir_nodes", "time_serialize_s", "time_roll_s",
                                   "time_saturate_s", "time_extract_s", "time_search_s", "time_load_s",
                                   "time_total_s", "cache_hit", "profiling", "backend_counters", "rolled")}  # fmt: skip
-    out |= {"preset": preset, "graph": name, "backend": backend, "time_build_s": t_build, "wall_s": wall,
+    out |= {"preset": preset, "graph": name, "backend": backend, "dtype": dtype, "time_build_s": t_build,
+            "wall_s": wall, "cpu_s": cpu,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "iterations": sum(p["iterations"] for p in st["phases"]),
             "matches": sum(p["matches"] for p in st["phases"])}  # fmt: skip
@@ -152,21 +229,25 @@ def _row(m: dict, run: str) -> str:
     prof = m.get("profiling") or {}
     nv = m.get("backend_counters") or {}
     bodies = ", ".join(f"{b['layers']}x{b['nodes']}" for b in (m.get("rolled") or {}).get("bodies", []))
-    return (f"{m['preset']:<14}{m['graph']:<9}{run:<5}{m['wall_s']:>7.2f}{m['time_roll_s']:>6.2f}"
+    return (f"{m['preset']:<14}{m['graph']:<9}{run:<5}{m['wall_s']:>7.2f}{m['cpu_s']:>7.2f}{m['time_roll_s']:>6.2f}"
             f"{m['time_saturate_s']:>7.2f}{m['time_extract_s']:>6.2f}{m['time_search_s']:>7.2f}{m['time_load_s']:>6.2f}"
             f"{m['peak_mb']:>7.0f}{m['hlir_nodes']:>7}{m['live_hlir_nodes'] or 0:>6}{m['egglog_commands'] or 0:>7}"
             f"{m['egraph_nodes']:>7}{m['iterations']:>6}{m['matches']:>8}{prof.get('ops_measured', 0):>6}"
-            f"{prof.get('op_hits', 0):>7}{nv.get('compile_s', 0.0):>7.2f}  {bodies}")  # fmt: skip
+            f"{prof.get('op_hits', 0):>7}{nv.get('plans_timed', 0):>6.0f}{nv.get('upload_mb', 0.0):>8.0f}"
+            f"{nv.get('profile_s', 0.0):>7.2f}{nv.get('kernels', 0):>5.0f}{nv.get('compile_cpu_s', 0.0):>7.2f}"
+            f"  {bodies}")  # fmt: skip
 
 
-HEADER = (f"{'preset':<14}{'graph':<9}{'run':<5}{'wall':>7}{'roll':>6}{'satur':>7}{'extr':>6}{'search':>7}"
+HEADER = (f"{'preset':<14}{'graph':<9}{'run':<5}{'wall':>7}{'cpu':>7}{'roll':>6}{'satur':>7}{'extr':>6}{'search':>7}"
           f"{'load':>6}{'peakMB':>7}{'hlir':>7}{'live':>6}{'cmds':>7}{'enode':>7}{'iters':>6}{'matches':>8}"
-          f"{'meas':>6}{'hits':>7}{'nvrtc':>7}  rolled bodies (layers x nodes)")  # fmt: skip
+          f"{'meas':>6}{'hits':>7}{'plans':>6}{'upMB':>8}{'prof_s':>7}{'kern':>5}{'nvrtc':>7}"
+          "  rolled bodies (layers x nodes)")  # fmt: skip
 
 
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="reference")
+    ap.add_argument("--backend", default="reference", help="reference | cuda | cuda-cpu (module docstring)")
+    ap.add_argument("--dtype", default=None, help="weights and activations: default bf16 on cuda, f32 on reference")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--synthetic", default="", help="layer counts of the synthetic decoder, e.g. 1,4,16")
     ap.add_argument("--layers", type=int, default=None, help="override every preset's depth")
@@ -175,20 +256,24 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--json", default=None, help="append one JSON line per measurement to this file")
     ap.add_argument("--one", nargs=3, metavar=("PRESET", "GRAPH", "CACHE"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    dtype = a.dtype or ("bf16" if a.backend.startswith("cuda") else "f32")
     if a.one:
-        print(json.dumps(measure(a.one[0], a.one[1], a.backend, a.one[2], a.max_seq, a.layers)))
+        print(json.dumps(measure(a.one[0], a.one[1], a.backend, a.one[2], a.max_seq, a.layers, dtype)))
         return
     presets = [f"synthetic-{n}" for n in a.synthetic.split(",") if n] or [p for p in a.presets.split(",") if p]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    print(f"backend {a.backend}; buckets s in [1, 1] and [2, max_seq={a.max_seq}]; seconds, MB", flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"backend {a.backend}, {dtype}; engine buckets (decode s=1, prefill s in [2, {a.max_seq}]); seconds, MB; "
+          f"load average {load:.1f}", flush=True)  # fmt: skip
     print(HEADER, flush=True)
     for preset in presets:
-        names = [n for n, _, _ in graphs(preset, a.max_seq, a.layers)]
+        names = ["encoder", "decoder"] if preset.startswith("whisper-") else ["step"]
         with tempfile.TemporaryDirectory() as d:
             for name in names:
                 for run in ("cold", "warm"):
                     cmd = [sys.executable, __file__, "--backend", a.backend, "--max-seq", str(a.max_seq),
-                           *(["--layers", str(a.layers)] if a.layers else []), "--one", preset, name, d]  # fmt: skip
+                           "--dtype", dtype, *(["--layers", str(a.layers)] if a.layers else []),
+                           "--one", preset, name, d]  # fmt: skip
                     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                     if r.returncode != 0:
                         print(f"{preset:<14}{name:<9}{run:<5} FAILED: {r.stderr.strip().splitlines()[-1:]}", flush=True)

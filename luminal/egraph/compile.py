@@ -273,7 +273,7 @@ class _Compilation:
         if callable(getattr(self.backend, "measure", None)):
             pricer = OpCosts(self.backend, env, self.disk_costs)
         found = search(view, lambda ll: self.backend.profile(ll, env), self.prefer, self.opts.search(),
-                       pricer.price if pricer is not None else None)  # fmt: skip
+                       pricer)  # fmt: skip
         st["time_search_s"] += time.perf_counter() - t
         if pricer is not None:
             prof = st.setdefault("profiling", {})
@@ -400,8 +400,9 @@ def build_rolled(
 
 def _phase_row(p: PhaseReport) -> dict:
     rules = dict(sorted(((k, v) for k, v in p.matches.items() if v), key=lambda kv: (-kv[1], kv[0])))
+    sets = dict(sorted(((k, round(v, 6)) for k, v in p.ruleset_seconds.items() if v), key=lambda kv: -kv[1]))
     return {"phase": p.name, "seconds": p.seconds, "iterations": p.iterations, "matches": p.total_matches,
-            "rules": rules}  # fmt: skip
+            "rules": rules, "rulesets": sets}  # fmt: skip
 
 
 def _profile_env(graph: Graph, bounds: Bounds, dims: Mapping[str, int]) -> dict[str, int]:
@@ -435,8 +436,9 @@ def format_stats(stats: Mapping) -> str:
     rows.append(f"  {'region':<10}{'phase':<10}{'seconds':>9}{'iters':>7}{'matches':>9}  top rules")
     for p in stats["phases"]:
         top = ", ".join(f"{k}={v}" for k, v in list(p["rules"].items())[:6])
+        sets = ", ".join(f"{k} {v:.3f}s" for k, v in list(p.get("rulesets", {}).items())[:4])
         rows.append(f"  {p.get('region', ''):<10}{p['phase']:<10}{p['seconds']:>9.4f}{p['iterations']:>7}"
-                    f"{p['matches']:>9}  {top}")  # fmt: skip
+                    f"{p['matches']:>9}  [{sets}] {top}")  # fmt: skip
     for b in stats["buckets"]:
         for r in b.get("regions", [b]):
             rows.append(f"  bucket {b['bounds']} {r.get('region', 'graph')}: cache={r.get('cache')} "

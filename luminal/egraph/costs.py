@@ -10,11 +10,20 @@ twice: in process (per backend device) and, for backends whose measurements cost
 handed to the backend in one `measure` call (the CUDA backend compiles their kernels in one NVRTC
 program). An op the backend cannot build or run is recorded as failed: every candidate holding it is
 skipped, with the reason logged.
+
+Only ops whose choice matters are measured: an op every candidate priced so far holds (as often) adds
+the same cost to each, so it cannot change their order and is left unmeasured. Prices are relative to
+that common part; when a new candidate lacks one of its ops, the common part shrinks, the ops leaving
+it are measured, and `take_rebased()` tells the search to re-price the candidates it holds (sums of
+memoized costs: no new measurement). The chosen plan is the one full pricing would choose; the
+measurements saved are every op forced on all candidates (slices, gathers, attention, state updates, the
+parts of the graph with one implementation).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from luminal.egraph.llir import LLIRGraph, LNode, _op_text
@@ -44,8 +53,10 @@ class OpCosts:
         self.memo = _MEMO.setdefault(f"{cls.__module__}.{cls.__qualname__}|{backend.device}", {})
         for k, v in (disk or {}).items():
             self.memo.setdefault(k, v)
-        self.stats = {"ops_measured": 0, "op_hits": 0, "ops_failed": 0, "measure_calls": 0}
+        self.stats = {"ops_measured": 0, "op_hits": 0, "ops_failed": 0, "measure_calls": 0, "ops_unmeasured": 0}
         self.new: dict[str, float | Failed] = {}  # measured by this pricer (what the disk cache lacks)
+        self.common: Counter[str] | None = None  # op keys (with multiplicity) every plan priced so far holds
+        self._rebased = False
 
     def key(self, llir: LLIRGraph, i: int) -> str:
         n = llir.nodes[i]
@@ -54,24 +65,50 @@ class OpCosts:
         return f"{_op_text(n.op)}|{ins}->{n.dtype.value}|{dims}"
 
     def price(self, llirs: Sequence[LLIRGraph]) -> list[float | Failed]:
-        """Each plan's summed op cost, or the reason one of its ops failed."""
-        parts: list[list[str]] = []
-        todo: dict[str, tuple[LLIRGraph, int]] = {}
+        """Each plan's summed cost of the ops it holds beyond the common part (module docstring), or the
+        reason one of them failed."""
+        parts: list[Counter[str]] = []
+        where: dict[str, tuple[LLIRGraph, int]] = {}
         for ll in llirs:
-            keys = [self.key(ll, i) for i, n in enumerate(ll.nodes) if not isinstance(n.op, (Input, Output))]
+            keys: Counter[str] = Counter()
+            for i, n in enumerate(ll.nodes):
+                if not isinstance(n.op, (Input, Output)):
+                    k = self.key(ll, i)
+                    keys[k] += 1
+                    where.setdefault(k, (ll, i))
             parts.append(keys)
-            for k, i in zip(keys, (i for i, n in enumerate(ll.nodes) if not isinstance(n.op, (Input, Output)))):
-                if k in self.memo or k in todo:
+        common = Counter(parts[0]) if self.common is None and parts else Counter(self.common or {})
+        for keys in parts:
+            common &= keys
+        if self.common is not None and common != self.common:
+            self._rebased = True  # earlier prices counted ops that are no longer common
+        self.common = common
+        todo: dict[str, tuple[LLIRGraph, int]] = {}
+        for keys in parts:
+            for k, cnt in keys.items():
+                if cnt <= common[k]:
+                    continue
+                if k in self.memo:
                     self.stats["op_hits"] += 1
-                else:
-                    todo[k] = (ll, i)
+                elif k not in todo:
+                    todo[k] = where[k]
         if todo:
             self._measure(todo)
+        self.stats["ops_unmeasured"] = sum(1 for k in common if k not in self.memo)
         out: list[float | Failed] = []
         for keys in parts:
-            bad = next((self.memo[k] for k in keys if isinstance(self.memo[k], str)), None)
-            out.append(bad if bad is not None else float(sum(self.memo[k] for k in keys)))  # type: ignore[misc]
+            extra = [(k, cnt - common[k]) for k, cnt in keys.items() if cnt > common[k]]
+            bad = next((self.memo[k] for k, _ in extra if isinstance(self.memo[k], str)), None)
+            out.append(bad if bad is not None else float(sum(self.memo[k] * c for k, c in extra)))  # type: ignore[operator]
         return out
+
+    __call__ = price
+
+    def take_rebased(self) -> bool:
+        """True once after a price call shrank the common part: the prices handed out before are stale
+        (re-price those plans: their ops are all memoized by now)."""
+        r, self._rebased = self._rebased, False
+        return r
 
     def _measure(self, todo: dict[str, tuple[LLIRGraph, int]]) -> None:
         plans = [one_op_plan(ll, i) for ll, i in todo.values()]

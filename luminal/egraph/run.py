@@ -41,6 +41,8 @@ class PhaseReport:
     seconds: float
     iterations: int
     matches: dict[str, int] = field(default_factory=dict)  # rule name -> matches over the phase
+    # ruleset -> seconds egglog spent on it over the phase (search and apply, merge, rebuild)
+    ruleset_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_matches(self) -> int:
@@ -172,7 +174,12 @@ def _phase(eg: eb.EGraph, ph: Phase) -> PhaseReport:
     rep = next((o.report for o in outs if isinstance(o, _eb().RunScheduleOutput)), None)
     iters = len(rep.iterations) if rep is not None else 0
     matches = {_rule_name(k): int(v) for k, v in (rep.num_matches_per_rule.items() if rep else ())}
-    return PhaseReport(ph.name, time.perf_counter() - ts, iters, matches)
+    per_set: dict[str, float] = {}
+    if rep is not None:
+        for times in (rep.search_and_apply_time_per_ruleset, rep.merge_time_per_ruleset, rep.rebuild_time_per_ruleset):
+            for name, dt in times.items():
+                per_set[name] = per_set.get(name, 0.0) + dt.total_seconds()
+    return PhaseReport(ph.name, time.perf_counter() - ts, iters, matches, per_set)
 
 
 def _rule_name(key: str) -> str:

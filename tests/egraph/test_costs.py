@@ -106,3 +106,40 @@ def test_one_op_plan_isolates_a_node():
     p = costs.one_op_plan(llir, i)
     assert [type(n.op).__name__ for n in p.nodes][-2:] == [type(llir.nodes[i].op).__name__, "Output"]
     assert len(p.nodes) == len(llir.nodes[i].inputs) + 2 and p.nodes[-2].dtype == llir.nodes[i].dtype
+
+
+def test_prices_relative_to_the_common_part_rank_like_full_prices():
+    """Ops every plan holds are never measured, and the relative prices order (and differ by) exactly
+    what summing every op's measured cost gives."""
+    from luminal.egraph.search import sample_genomes
+    from tests.egraph.util import view_of
+
+    g = _graph(causal_attention)
+    plans = sample_genomes(view_of(g), 5, seed=2)
+    assert len(plans) >= 3
+    env = {"s": 16}
+    be = CountingBackend()
+    pricer = costs.OpCosts(be, env)
+    pricer.price(plans[:1])  # one plan: everything is common, nothing is measured
+    assert be.measured == [] and pricer.take_rebased() is False
+    rel = pricer.price(plans)
+    assert pricer.take_rebased() is True  # the common part shrank: held prices are stale
+    rel = pricer.price(plans)  # re-priced: all memoized now
+    assert pricer.take_rebased() is False and pricer.stats["ops_measured"] == len(be.measured)
+    unmeasured = [k for k in pricer.common if k not in pricer.memo]
+    assert unmeasured and pricer.stats["ops_unmeasured"] == len(unmeasured)  # shared ops: never measured
+    ref = CountingBackend()
+    want = [sum(ref.measure([costs.one_op_plan(p, i)], env)[0] for i, n in enumerate(p.nodes)
+                if not isinstance(n.op, (Input, Output))) for p in plans]  # fmt: skip
+    for i in range(len(plans)):
+        for j in range(len(plans)):
+            assert rel[i] - rel[j] == pytest.approx(want[i] - want[j], rel=1e-9, abs=1e-12)
+
+
+def test_search_measures_only_around_the_preferred_plan():
+    """With a pricer, no whole-genome seeds: the search measures far fewer ops than the e-graph holds."""
+    be = CountingBackend()
+    _, _, st = _compile(decoder(3), be, search_budget=16)
+    assert st["profiling"]["ops_measured"] == len(be.measured)
+    assert 0 < st["profiling"]["ops_measured"] < 40  # 81 with the grounded and random seeds (measured)
+    assert st["profiling"]["ops_unmeasured"] > 0  # ops every candidate holds

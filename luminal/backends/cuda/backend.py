@@ -10,6 +10,7 @@ ones-filled inputs); `measure` times one-op plans for the search's per-op costs
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,6 +39,11 @@ BUFFER_REUSE = "buffer_reuse"  # in-place updates of persistent state (kernels/i
 ATTENTION = "attention"  # the fused attention block (kernels/attention.egg)
 RULESETS = (KERNEL_LOWER, MATMUL_BACKEND, FUSION_GROW, GEMV_FACTS, GEMV_FUSE, BUFFER_REUSE, ATTENTION)
 log = logging.getLogger(__name__)
+# what ranking plans cost on the device (the compiler reports the change per compile, LUMINAL_DEBUG shows
+# it): plans timed (one-op plans of the search's per-op costs and whole plans it confirms), the seconds
+# it took (executor build, kernel loads, uploads, warm-up and timed runs), and the MB of ones-filled
+# inputs those plans uploaded
+PROFILE_STATS = {"plans_timed": 0, "profile_s": 0.0, "upload_mb": 0.0}
 _MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
 # attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
 # iterations over a small e-graph instead of every iteration of the main cycle
@@ -76,7 +82,12 @@ class CudaBackend:
         return CudaExecutor(llir.nodes)
 
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
-        return CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env))
+        t = time.perf_counter()
+        sizes = input_extents(llir.nodes, env)
+        try:
+            return CudaExecutor(llir.nodes).profile(env, sizes)
+        finally:
+            count_profile(llir, sizes, time.perf_counter() - t)
 
     def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float | str]:
         """Seconds of each one-op plan net of the fixed cost of timing a plan (one launch included);
@@ -102,8 +113,17 @@ class CudaBackend:
         return base
 
     def counters(self) -> dict[str, float]:
-        """NVRTC counters (compiles, cache hits, seconds): the compiler reports their change per compile."""
-        return dict(nvrtc.STATS)
+        """NVRTC counters (compiles, cache hits, seconds) and profiling counters (PROFILE_STATS): the
+        compiler reports their change per compile."""
+        return {**nvrtc.STATS, **PROFILE_STATS}
+
+
+def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float) -> None:
+    """Add one timed plan to PROFILE_STATS (`sizes`: element count of each Input it uploads)."""
+    ins = {n.op.label: n.dtype.itemsize for n in llir.nodes if isinstance(n.op, Input)}
+    PROFILE_STATS["plans_timed"] += 1
+    PROFILE_STATS["profile_s"] += seconds
+    PROFILE_STATS["upload_mb"] += sum(int(sizes.get(k, 0)) * b for k, b in ins.items()) / 2**20
 
 
 def _trivial(n: int) -> LLIRGraph:

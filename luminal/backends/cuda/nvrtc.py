@@ -2,8 +2,12 @@
 
 Compiled images are cached in process (by key) and on disk under `<cache dir>/kernels/<key>.cubin`
 where key = sha256(source, arch, NVRTC version, options); writes are atomic (temp file + rename), so
-concurrent processes never read a torn file. Works without a GPU: the arch defaults to sm_90 (the
-GPU machine's H200) when no device is usable.
+concurrent processes never read a torn file. `compile_units` caches per kernel: each kernel's code is
+indexed (`<cache dir>/kernels/by-code/<code key>` names the image holding it), so a batch that mixes
+kernels compiled before, in any grouping, with new ones compiles only the new ones: in one program per
+CPU (`workers()`), compiled in parallel threads (NVRTC releases the GIL; each program parses the headers
+once, so a handful of programs, balanced by code size).
+Works without a GPU: the arch defaults to sm_90 (the GPU machine's H200) when no device is usable.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from luminal.errors import BackendError
@@ -26,7 +32,10 @@ DEFAULT_ARCH = "sm_90"
 STD = "c++17"
 _MEMORY: dict[str, bytes] = {}
 _LOCK = threading.Lock()
-STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0}
+# programs compiled, cache hits (programs, or kernels for compile_units), seconds (wall and this
+# process's CPU: the CPU figure does not grow with other processes' load), kernels compiled
+STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0, "compile_cpu_s": 0.0, "kernels": 0}
+_BY_CODE: dict[str, bytes] = {}  # code key -> image holding that kernel (compile_units)
 
 
 @functools.cache
@@ -119,9 +128,75 @@ def compile_cubin(source: str, arch: str | None = None, name: str = "luminal.cu"
     return image
 
 
+def compile_units(
+    codes: Sequence[str], render: Callable[[list[str]], str], arch: str | None = None
+) -> dict[str, bytes]:
+    """The image holding each kernel of `codes` (its source text, an entry point): kernels compiled before
+    (this process, or any process through the disk index) are reused whatever batch they came in; the
+    others are compiled together, `render(codes)` being their translation unit."""
+    arch = arch or default_arch()
+    options = (f"--gpu-architecture={arch}", f"-std={STD}", *(f"-I{d}" for d in include_dirs()))
+    root = cache_dir()
+    out: dict[str, bytes] = {}
+    images: dict[str, bytes] = {}  # image key -> image (read once per batch)
+    todo: list[str] = []
+    for code in dict.fromkeys(codes):
+        ck = _key(code, arch, options)
+        img = _BY_CODE.get(ck)
+        if img is None and root is not None:
+            try:
+                ik = (root / "by-code" / ck).read_text().strip()
+                img = images.get(ik) or (root / f"{ik}.cubin").read_bytes()
+                images[ik] = img
+            except OSError:
+                img = None
+        if img is None:
+            todo.append(code)
+            continue
+        STATS["memory_hits" if ck in _BY_CODE else "disk_hits"] += 1
+        _BY_CODE[ck] = out[code] = img
+    groups = [(g, render(g)) for g in _groups(todo, workers())]
+    if len(groups) > 1:
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:  # NVRTC releases the GIL
+            built = list(pool.map(lambda gs: compile_cubin(gs[1], arch), groups))
+    else:
+        built = [compile_cubin(src, arch) for _, src in groups]
+    for (group, src), img in zip(groups, built, strict=True):
+        ik = _key(src, arch, options)
+        for code in group:
+            ck = _key(code, arch, options)
+            _BY_CODE[ck] = out[code] = img
+            if root is not None:
+                _atomic_write(root / "by-code" / ck, ik.encode())
+    return out
+
+
+def workers() -> int:
+    """Programs compile_units compiles at once: the CPUs this process may use (LUMINAL_NVRTC_THREADS)."""
+    env = os.environ.get("LUMINAL_NVRTC_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _groups(codes: list[str], n: int) -> list[list[str]]:
+    """`codes` in at most n programs of similar size (longest first, each to the lightest program): every
+    program pays the header parsing once, so few programs; NVRTC time grows with the code, so balanced."""
+    if not codes:
+        return []
+    groups: list[list[str]] = [[] for _ in range(min(n, len(codes)))]
+    load = [0] * len(groups)
+    for code in sorted(codes, key=len, reverse=True):
+        k = load.index(min(load))
+        groups[k].append(code)
+        load[k] += len(code)
+    return [sorted(g, key=codes.index) for g in groups]
+
+
 def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
     nv = _nvrtc()
     t0 = time.perf_counter()
+    c0 = time.thread_time()  # NVRTC runs in this thread; other threads may compile at once
     prog = _check(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in options]
@@ -134,8 +209,11 @@ def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
     finally:
         nv.nvrtcDestroyProgram(prog)
     dt = time.perf_counter() - t0
-    STATS["compiles"] += 1
-    STATS["compile_s"] += dt
+    with _LOCK:  # programs may compile in parallel threads (compile_units)
+        STATS["compiles"] += 1
+        STATS["compile_s"] += dt
+        STATS["compile_cpu_s"] += time.thread_time() - c0
+        STATS["kernels"] += source.count("__global__")
     log.debug("nvrtc: compiled %d bytes of CUDA in %.1f ms", len(source), dt * 1e3)
     return bytes(buf)
 
@@ -191,3 +269,4 @@ def default_arch() -> str:
 
 def clear_memory_cache() -> None:
     _MEMORY.clear()
+    _BY_CODE.clear()

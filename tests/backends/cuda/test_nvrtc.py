@@ -1,0 +1,64 @@
+"""NVRTC's per-kernel cache (luminal/backends/cuda/nvrtc.py `compile_units`): a kernel compiled once, in
+any batch, is never compiled again, in this process or (through the disk index) in another."""
+
+from __future__ import annotations
+
+from luminal.backends.cuda import nvrtc
+
+
+def _kernel(name: str) -> str:
+    return f'extern "C" __global__ void {name}(float* x) {{ x[threadIdx.x] = {len(name)}.0f; }}'
+
+
+def _render(codes: list[str]) -> str:
+    return "\n".join(codes)
+
+
+def test_each_kernel_compiles_once_whatever_batch_it_comes_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_NVRTC_THREADS", "1")  # one program per batch
+    nvrtc.clear_memory_cache()
+    a, b, c = _kernel("unit_a"), _kernel("unit_bb"), _kernel("unit_ccc")
+    k0, p0 = nvrtc.STATS["kernels"], nvrtc.STATS["compiles"]
+    first = nvrtc.compile_units([a, b], _render, arch="sm_90")
+    assert nvrtc.STATS["compiles"] == p0 + 1 and nvrtc.STATS["kernels"] == k0 + 2  # one program, both kernels
+    assert first[a] is first[b] and first[a][:4] == b"\x7fELF" and b"unit_bb" in first[b]
+    second = nvrtc.compile_units([b, c], _render, arch="sm_90")  # b is known: only c is compiled
+    assert nvrtc.STATS["kernels"] == k0 + 3 and second[b] is first[b] and b"unit_ccc" in second[c]
+    nvrtc.clear_memory_cache()  # a new process: only the disk remembers
+    hits = nvrtc.STATS["disk_hits"]
+    third = nvrtc.compile_units([c, a], _render, arch="sm_90")  # a grouping never compiled together
+    assert nvrtc.STATS["kernels"] == k0 + 3 and nvrtc.STATS["disk_hits"] == hits + 2
+    assert b"unit_a" in third[a] and b"unit_ccc" in third[c]
+
+
+def test_without_a_cache_dir_kernels_are_reused_in_process(monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE", "off")
+    nvrtc.clear_memory_cache()
+    a = _kernel("unit_nocache")
+    k0 = nvrtc.STATS["kernels"]
+    img = nvrtc.compile_units([a, a], _render, arch="sm_90")[a]
+    assert nvrtc.compile_units([a], _render, arch="sm_90")[a] is img and nvrtc.STATS["kernels"] == k0 + 1
+
+
+def test_a_batch_compiles_as_parallel_programs_each_kernel_in_its_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_NVRTC_THREADS", "2")
+    nvrtc.clear_memory_cache()
+    names = ["par_a", "par_bb", "par_ccc"]
+    codes = [_kernel(n) for n in names]
+    p0 = nvrtc.STATS["compiles"]
+    images = nvrtc.compile_units(codes, _render, arch="sm_90")
+    assert nvrtc.STATS["compiles"] == p0 + 2  # two programs for two threads
+    for name, code in zip(names, codes, strict=True):
+        assert name.encode() in images[code]
+    assert len({id(i) for i in images.values()}) == 2
+
+
+def test_groups_are_balanced_and_keep_order():
+    codes = ["a" * 50, "b" * 10, "c" * 40, "d" * 20]
+    groups = nvrtc._groups(codes, 2)
+    assert sorted(c for g in groups for c in g) == sorted(codes)
+    assert sorted(sum(map(len, g)) for g in groups) == [60, 60]
+    assert all(g == sorted(g, key=codes.index) for g in groups)
+    assert nvrtc._groups(codes, 8) == [[c] for c in sorted(codes, key=len, reverse=True)]
