@@ -195,11 +195,18 @@ def floordiv(a, b):
     from luminal.frontend.indexing import where
 
     plain = _is_scalar(b) and abs(float(b)) >= 1.0  # nonzero, and (a - r) / b cannot overflow
+    b_value = b
     b = lift(a, b, "floordiv")
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
-    if a.dtype.itemsize < 4:  # numpy's f16 (and ml_dtypes' bf16 / fp8) floor_divide runs in f32
+    if a.dtype.bits < 32:
+        # 16/8-bit floats: the whole chain in f32, rounded once, as numpy does for f16 and ml_dtypes
+        # for bf16 (rounding each step gave bf16 -276 // -1.71875 = 162, not 160, and made the result
+        # depend on where a fused kernel keeps f32 registers). A scalar divisor stays a scalar (no
+        # select for b == 0), rounded to a's dtype first like numpy's weak scalars.
+        if _is_scalar(b_value):
+            return floordiv(a.cast(DType.f32), float(np.asarray(b_value).astype(a.dtype.np))).cast(a.dtype)
         return floordiv(a.cast(DType.f32), b.cast(DType.f32)).cast(a.dtype)
     # numpy's floor_divide (npy_divmod): div = (a - fmod(a, b)) / b is an integer up to rounding;
     # one less when the remainder and the divisor have opposite signs; then floor(div), plus one

@@ -440,14 +440,15 @@ def test_floordiv_bit_exact(dtype, data):
     160: numpy computes 16-bit floor_divide in f32)."""
 
     def build(g, a, b):
-        return {"tt": a // b, "ts": a // 1.0, "st": 3.0 // b, "small": a // 0.75}
+        return {"tt": a // b, "ts": a // 1.0, "st": 3.0 // b, "small": a // 0.75, "third": a // 0.3}
 
     def ref(a, b):
         d = dtype.np
         a, b = a.astype(d), b.astype(d)
         with np.errstate(all="ignore"):
             out = {"tt": np.floor_divide(a, b), "ts": np.floor_divide(a, d.type(1.0)),
-                   "st": np.floor_divide(d.type(3.0), b), "small": np.floor_divide(a, d.type(0.75))}  # fmt: skip
+                   "st": np.floor_divide(d.type(3.0), b), "small": np.floor_divide(a, d.type(0.75)),
+                   "third": np.floor_divide(a, d.type(0.3))}  # fmt: skip
         return {k: v.astype(np.float64) for k, v in out.items()}
 
     spread = {lm.f16: 10, lm.bf16: 40, lm.f32: 40, lm.f64: 120}[dtype]
