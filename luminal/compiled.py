@@ -93,6 +93,8 @@ class CompiledModel:
         stay bound; dims are inferred from input shapes."""
         feed = self._check_inputs(inputs)
         env = self._infer_dims(feed, {} if dims is None else dims)
+        if isinstance(fetch, str):  # list("logits") would be six one-letter names
+            raise InputError(f"fetch takes a list of output names, like fetch=[{fetch!r}]; got the string {fetch!r}")
         names = list(self._outputs) if fetch is None else list(fetch)
         bad = [n for n in names if n not in self._outputs]
         if bad:

@@ -51,6 +51,10 @@ def test_fetch_returns_only_what_is_asked_and_sample_reads_the_rest():
         (lambda m: m.bind({"w": np.ones((4, 5), np.float32)}), "shape"),
         (lambda m: m.run({"x": np.ones((1, 4), np.float32)}), "missing input 'w'"),
         (lambda m: m.sample("logits", Sampler(), 0), "call run"),
+        (
+            lambda m: m.run({"x": np.ones((1, 4), np.float32), "w": np.ones((4, 6), np.float32)}, fetch="logits"),
+            r"fetch takes a list of output names, like fetch=\['logits'\]",
+        ),
     ],
 )
 def test_engine_surface_errors_are_clear(call, match):

@@ -63,7 +63,7 @@ BUILD_ERRORS = [
     ("concat dtypes", lambda g, x, y, i, s: lm.concat([x, g.tensor("k", (3, 4), lm.f16)]), DTypeError, ["concat"]),
     ("stack shapes", lambda g, x, y, i, s: lm.stack([x, x.T]), ShapeError, ["3, 4"]),
     ("topk k", lambda g, x, y, i, s: x.topk(5), ShapeError, ["topk", "k=5"]),
-    ("topk symbolic", lambda g, x, y, i, s: s.topk(2, axis=0), ShapeError, ["topk", "s"]),
+    ("topk symbolic", lambda g, x, y, i, s: s.topk(2, axis=0), ShapeError, ["topk", "symbolic length", "static"]),
     ("gather float idx", lambda g, x, y, i, s: x.gather(y), DTypeError, ["gather", "integer", "f32"]),
     ("take_along rank", lambda g, x, y, i, s: x.take_along_axis(i, 0), ShapeError, ["take_along_axis", "rank"]),
     ("scatter float idx", lambda g, x, y, i, s: x.scatter(y, x), DTypeError, ["scatter", "integer"]),

@@ -194,26 +194,32 @@ def rtruediv(a, b):
 def floordiv(a, b):
     from luminal.frontend.indexing import where
 
-    nonzero_scalar = _is_scalar(b) and float(b) != 0.0
+    plain = _is_scalar(b) and abs(float(b)) >= 1.0  # nonzero, and (a - r) / b cannot overflow
     b_value = b
     b = lift(a, b, "floordiv")
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
     if a.dtype.bits < 32:
-        # 16/8-bit floats: the whole chain in f32, rounded once (numpy's floor_divide on ml_dtypes
-        # does the same); rounding each step to 16 bits would make the result depend on where a
-        # fused kernel keeps f32 registers (docs/numerics.md)
-        return floordiv(a.cast(DType.f32), b_value if nonzero_scalar else b.cast(DType.f32)).cast(a.dtype)
-    # numpy's floor_divide: (a - fmod(a, b)) / b is an integer up to rounding, so round it to
-    # nearest, then step down when the remainder and the divisor have opposite signs; b == 0
-    # gives a / b (inf, -inf or NaN), as numpy does.
+        # 16/8-bit floats: the whole chain in f32, rounded once, as numpy does for f16 and ml_dtypes
+        # for bf16 (rounding each step gave bf16 -276 // -1.71875 = 162, not 160, and made the result
+        # depend on where a fused kernel keeps f32 registers). A scalar divisor stays a scalar (no
+        # select for b == 0), rounded to a's dtype first like numpy's weak scalars.
+        if _is_scalar(b_value):
+            return floordiv(a.cast(DType.f32), float(np.asarray(b_value).astype(a.dtype.np))).cast(a.dtype)
+        return floordiv(a.cast(DType.f32), b.cast(DType.f32)).cast(a.dtype)
+    # numpy's floor_divide (npy_divmod): div = (a - fmod(a, b)) / b is an integer up to rounding;
+    # one less when the remainder and the divisor have opposite signs; then floor(div), plus one
+    # when div - floor(div) > 0.5. Every step is exact in the dtype (no `q + 0.5`, which rounds
+    # to even once |q| >= 2^(p-1)). b == 0 gives a / b (inf, -inf or NaN) like numpy, and so does
+    # a div that overflowed (then a / b is the same infinity).
     r = mod(a, b)
-    q = truediv(a - r, b)
-    q = _trunc(q + where_sign(q, 0.5))
-    step_down = ne(r, 0.0) & ne(lt(r, 0.0), lt(b, 0.0))
-    q = q - step_down.cast(a.dtype)
-    return q if nonzero_scalar else where(eq(b, 0.0), truediv(a, b), q)
+    div = truediv(a - r, b)
+    div = div - (ne(r, 0.0) & ne(lt(r, 0.0), lt(b, 0.0))).cast(a.dtype)
+    t = _trunc(div)
+    q = t - lt(div, t).cast(a.dtype)  # floor
+    q = q + gt(div - q, 0.5).cast(a.dtype)
+    return q if plain else where(eq(b, 0.0) | eq(div.abs(), math.inf), truediv(a, b), q)
 
 
 def _trunc(x: GraphTensor) -> GraphTensor:

@@ -227,8 +227,10 @@ def topk(t, k: int, axis: int = -1):
     a = norm_axis(t, axis, op="topk")
     x = t.transpose(a, -1) if a != t.ndim - 1 else t
     n = x.shape[-1]
-    if not isinstance(k, int) or isinstance(k, bool) or not n.is_num or not 0 <= k <= n.value:
-        raise ShapeError(f"topk: k={k} must be within the (concrete) size {n} of axis {a}")
+    if not n.is_num:
+        raise ShapeError(f"topk: axis {a} has the symbolic length {n}; topk needs a static length")
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= n.value:
+        raise ShapeError(f"topk: k={k!r} must be an int in [0, {n}] (the length of axis {a})")
     xi = unsqueeze(x, -1)  # (..., i, 1)
     xj = unsqueeze(x, -2)  # (..., 1, j)
     g = t.graph

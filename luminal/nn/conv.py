@@ -7,13 +7,14 @@ from luminal.errors import ShapeError
 from luminal.graph import Graph
 from luminal.nn.check import block_name, expect
 from luminal.nn.linear import weight
-from luminal.shape.expr import z
+from luminal.shape.expr import maximum, z
 from luminal.tensor import GraphTensor
 
 
 class Conv1d:
     """torch.nn.Conv1d(c_in, c_out, kernel, stride, padding) with weight (c_out, c_in, kernel).
-    Input (c_in, T); output (T_out, c_out), T_out = (T + 2*padding - kernel) // stride + 1."""
+    Input (c_in, T); output (T_out, c_out), T_out = (T + 2*padding - kernel) // stride + 1 (0 when a
+    symbolic T is shorter than the kernel: an empty output; a static one raises ShapeError)."""
 
     def __init__(self, g: Graph, name: str, c_in: int, c_out: int, kernel: int, stride: int = 1,
                  padding: int = 0, bias: bool = True, dtype: object = lm.f32):  # fmt: skip
@@ -34,7 +35,9 @@ class Conv1d:
         if self.padding:
             x = x.pad(((0, 0), (self.padding, self.padding)))
         t_in = x.shape[1]
-        t_out = (t_in - k) // st + 1
+        # (t_in - k) // st + 1 for t_in >= k; 0 (an empty output) for a symbolic input shorter than the
+        # kernel, where C's truncating // gave a length of 1 (or a negative one) reading past the input
+        t_out = maximum(t_in - k + st, 0) // st
         # cols[t, c, j] = x[c, t*stride + j]: flat index c*T + t*stride + j over (T_out, c_in, k)
         t, ci, j = z // (c * k), (z // k) % c, z % k
         idx = x.graph.iota(ci * t_in + t * st + j, (t_out, c, k))

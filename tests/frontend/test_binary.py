@@ -431,6 +431,54 @@ def test_truediv_correctly_rounded(dtype, data):
     check_op(data, "div_cr", build, ref, {"a": Arg(A), "b": Arg(B)}, dtype, prep=prep, tol=0)
 
 
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f16, lm.bf16, lm.f64), ids=str)
+@given(data=st.data())
+def test_floordiv_bit_exact(dtype, data):
+    """Float `//` is numpy's floor_divide bit for bit (up to the sign of a zero quotient), for
+    quotients of every size: |q| >= 2^(p-1) used to round `q + 0.5` to even (f32 8388609 // 1 gave
+    8388610), and 16-bit chains rounded after every step (bf16 -276 // -1.71875 gave 162, not
+    160: numpy computes 16-bit floor_divide in f32)."""
+
+    def build(g, a, b):
+        return {"tt": a // b, "ts": a // 1.0, "st": 3.0 // b, "small": a // 0.75, "third": a // 0.3}
+
+    def ref(a, b):
+        d = dtype.np
+        a, b = a.astype(d), b.astype(d)
+        with np.errstate(all="ignore"):
+            out = {"tt": np.floor_divide(a, b), "ts": np.floor_divide(a, d.type(1.0)),
+                   "st": np.floor_divide(d.type(3.0), b), "small": np.floor_divide(a, d.type(0.75)),
+                   "third": np.floor_divide(a, d.type(0.3))}  # fmt: skip
+        return {k: v.astype(np.float64) for k, v in out.items()}
+
+    spread = {lm.f16: 10, lm.bf16: 40, lm.f32: 40, lm.f64: 120}[dtype]
+
+    def prep(arrays, env):
+        rng = np.random.default_rng(int(arrays["a"].size * 31 + arrays["b"].size))
+        wide = {k: v.astype(np.float64) * 2.0 ** rng.integers(-spread // 4, spread, v.shape) for k, v in arrays.items()}
+        wide["b"] = np.where(rng.random(wide["b"].shape) < 0.3, np.round(wide["b"]) + 0.5, wide["b"])
+        with np.errstate(over="ignore"):
+            return _prep_specials({k: v.astype(dtype.np) for k, v in wide.items()}, env)
+
+    check_op(data, "floordiv_exact", build, ref, {"a": Arg(A, lo=-9, hi=9), "b": Arg(B)}, dtype, prep=prep, tol=0)
+
+
+def test_floordiv_issue_examples():
+    """Quotients at and beyond 2^(p-1), and the 16-bit chains the reference got wrong."""
+    cases = {lm.f32: [(8388609.0, 1.0), (-8388611.0, 1.0), (16777215.0, -1.0), (3e38, 0.1), (np.inf, 2.0)],
+             lm.f64: [(2.0**52 + 1, 1.0), (-(2.0**52) - 3, 1.0), (1e308, 1e-10)],
+             lm.bf16: [(-276.0, -1.71875), (-552.0, -2.21875), (496.0, 2.328125)],
+             lm.f16: [(-513.5, 0.72), (579.5, 0.512)]}  # fmt: skip
+    for dt, pairs in cases.items():
+        g = lm.Graph()
+        (g.tensor("a", ("n",), dt) // g.tensor("b", ("n",), dt)).output("q")
+        a, b = (np.array([p[k] for p in pairs]).astype(dt.np) for k in (0, 1))
+        with np.errstate(all="ignore"):
+            want = np.floor_divide(a, b)
+        got = g.compile("reference").run({"a": a, "b": b})["q"]
+        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64), err_msg=str(dt))
+
+
 def test_truediv_f64_subnormal_quotient_within_one_subnormal_ulp():
     g = lm.Graph()
     a, b = g.tensor("a", ("n",), lm.f64), g.tensor("b", ("n",), lm.f64)

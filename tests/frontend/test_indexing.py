@@ -206,3 +206,25 @@ def test_scatter_i64_index_beyond_i32_is_dropped_not_wrapped():
         {"x": np.zeros(4, np.float32), "i": np.array([2**32 + 1, -1], np.int64), "s": np.array([5, 7], np.float32)}
     )["y"]
     assert out.tolist() == [0, 0, 0, 7]  # 2^32 + 1 is outside [-4, 4): dropped, not written at 1
+
+
+@pytest.mark.parametrize("bad", [4, -5, 2**32 + 1, -(2**32)])
+def test_out_of_range_index_raises_in_the_cuda_plan(bad):
+    """The per-axis checks are ordinary elementwise ops ahead of the Gather kernel: the CUDA plan
+    (run on the CPU by its kernels' semantics) raises too, also for an i64 index valid modulo 2^32."""
+    pytest.importorskip("luminal.backends.cuda.nvrtc")
+    from luminal.egraph.compile import CompileOptions, compile_plans
+    from tests.backends.cuda.test_lowering import CpuCudaBackend
+
+    g = lm.Graph()
+    x, i = g.tensor("x", (3, 4)), g.tensor("i", (3, 1), lm.i64)
+    x.take_along_axis(i, 1).output("y")
+    x.gather(i.reshape(3), axis=1).output("z")
+    ex, _, _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=2))
+    xv = np.arange(12, dtype=np.float32).reshape(3, 4)
+    good = np.array([[3], [-4], [1]], np.int64)
+    out = ex.run({"x": xv, "i": good}, {})
+    np.testing.assert_array_equal(np.asarray(out["y"]).reshape(3, 1), np.take_along_axis(xv, good, 1))
+    np.testing.assert_array_equal(np.asarray(out["z"]).reshape(3, 3), np.take(xv, good.ravel(), 1))
+    with pytest.raises(lm.BackendError, match="out of range"):
+        ex.run({"x": xv, "i": np.array([[0], [bad], [1]], np.int64)}, {})

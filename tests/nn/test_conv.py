@@ -47,3 +47,20 @@ def test_conv1d_rejects_bad_hyperparameters(arg, value):
     kw = {"c_in": 5, "c_out": 4, "kernel": 3} | {arg: value}
     with pytest.raises(lm.ShapeError, match=f"Conv1d 'c': {arg}="):
         nn.Conv1d(lm.Graph(), "c", **kw)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_conv1d_symbolic_input_shorter_than_the_kernel_is_empty(stride):
+    """T < kernel at run time: an empty (0, c_out) output. C's truncating (T - k) // stride + 1 gave
+    a length of 1 (stride 2, T = 2: an index past the input) or a negative length (T = 1)."""
+    g = lm.Graph()
+    nn.Conv1d(g, "c", 2, 4, 3, stride=stride)(g.tensor("x", (2, "t"))).output("y")
+    m = g.compile("reference")
+    rng = np.random.default_rng(stride)
+    w, b = rng.standard_normal((4, 2, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    for t in (0, 1, 2, 3, 4, 7, 8):
+        xv = rng.standard_normal((2, t)).astype(np.float32)
+        y = m.run({"x": xv, "c.weight": w, "c.bias": b})["y"]
+        want = _conv_numpy(xv, w, b, stride, 0) if t >= 3 else np.zeros((0, 4))
+        assert y.shape == want.shape, (t, y.shape)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)

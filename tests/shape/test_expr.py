@@ -144,6 +144,31 @@ def test_errors():
         _ = (var("s") + 1).value
 
 
+def test_zero_divisor_semantics():
+    """A zero divisor only arises indexing an empty view (module docstring): a literal one folds to 0
+    (size-0 dims never raise while the graph is built), a symbolic one that is 0 for a run raises in
+    a scalar evaluation (a size or a launch grid: a real error there) and is silent in a vectorized
+    one (an index grid, empty whenever its divisor is 0)."""
+    s, t = var("s"), var("t")
+    for e in (s // 0, z % 0, ceil_div(s, 0), (s + 3) // 0, (z * 4 + s) % 0, num(7) // 0, num(-7) % 0):
+        assert e is num(0), e
+    assert (s * 0 + t) // (s - s) is num(0)  # a divisor that folds to 0 on the way
+    for e in (s // t, s % t, ceil_div(s, t)):
+        with pytest.raises(ShapeError, match="division by zero while evaluating a shape expression"):
+            e.evaluate({"s": 5, "t": 0})
+        assert e.evaluate({"s": 5, "t": 2}) == {"div": 2, "mod": 1, "cdiv": 3}[e.op]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning either
+        for e in (z // t, z % t, ceil_div(z, t), (z // t) * t + z % t):
+            assert e.evaluate({"t": 0, "z": np.arange(0, dtype=np.int64)}).shape == (0,)
+            assert e.evaluate({"t": 0, "z": np.arange(5, dtype=np.int64)}).shape == (5,)
+            np.testing.assert_array_equal(
+                e.evaluate({"t": 3, "z": np.arange(7)}), [value(e, {"t": 3, "z": k}) for k in range(7)]
+            )
+
+
 # -- egglog printing ------------------------------------------------------------------------------
 def _sexpr(text: str):
     toks = text.replace("(", " ( ").replace(")", " ) ").split()
