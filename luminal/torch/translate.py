@@ -49,6 +49,7 @@ class InputSpec:
     expr: Expression | None = None
     shape: tuple[Expression, ...] = ()
     state: bool = False  # mutated: the output of the same name is its next value
+    dtype: torch.dtype | None = None
 
 
 @dataclass
@@ -226,7 +227,8 @@ class Translator:
             t = self.g.tensor(name, shape, lm_dtype(val.dtype))
             if i in self.persistent:
                 t.persist()
-            self.inputs.append(InputSpec("tensor", name, i in self.persistent, shape=shape, state=i in self.mutated))
+            keep = i in self.persistent
+            self.inputs.append(InputSpec("tensor", name, keep, shape=shape, state=i in self.mutated, dtype=val.dtype))
             return t
         self.inputs.append(InputSpec("const"))
         return val
