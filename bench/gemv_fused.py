@@ -1,18 +1,22 @@
 """Fused decode GEMVs (GPU machine): KernelGemvFused plans against the unfused plans of the same blocks.
 
-  python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b]
+  python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b] [--blocks a,b]
+                             [--schedules looped,old,no-prefetch,u-half,waves2]
 
 Decode blocks (s = 1) at llama-3.2-1b and llama-3.1-8b shapes: RMSNorm -> q projection; RMSNorm ->
 q/k/v (stacked GEMV + slices); RMSNorm -> gate/up/silu(gate)*up (gated); down projection +
-residual; the whole MLP half-block. Each block is repeated L times with its own weights (>= 256 MB
-of weights per graph: the 50 MB L2 never holds the weight being read) and planned twice from one
-e-graph: the search's first candidate with the fused GEMVs, and without them (same rules, the
-fused ops not runnable). Both plans use the GEMV kernel for every matmul (cuBLASLt left out) so
-the difference is the fusion. Timing: CudaExecutor.profile (CUDA events around the replayed CUDA
-graph, after warm-up, ones-filled inputs) / L. GB/s = bytes every input is read once + outputs
-written, over the time; % of a device-to-device copy measured in the same run (bench/kernels.py).
+residual; the whole MLP half-block; the final RMSNorm -> lm_head (128256 rows). Each block is
+repeated L times with its own weights (>= 128 MB of weights per graph: the 50 MB L2 never holds
+the weight being read) and planned twice from one e-graph: the search's first candidate with the
+fused GEMVs, and without them (same rules, the fused ops not runnable). Both plans use the GEMV
+kernel for every matmul (cuBLASLt left out) so the difference is the fusion. Timing:
+CudaExecutor.profile (CUDA events around the replayed CUDA graph, after warm-up, ones-filled
+inputs) / L. GB/s = bytes every input is read once + outputs written, over the time; % of a
+device-to-device copy measured in the same run (bench/kernels.py).
 Before timing, each plan of a one-copy graph runs on random inputs against the reference backend
-(exit 1 when off). Prints one table; --json writes the rows.
+(exit 1 when off). Prints one table; --json writes the rows. --schedules times the fused plan
+again with other schedules of KernelGemvFused (SCHEDULES: `old` = before the looped schedule),
+each checked too.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import argparse
 import json
 import math
 import sys
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,9 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import luminal as lm  # noqa: E402
+from luminal.backends.cuda.kernels.gemv import DEFAULT  # noqa: E402
 
 PRESETS = {"1b": (2048, 8192, 512), "8b": (4096, 14336, 1024)}  # (dim, hidden, kv width)
-ROTATE_BYTES = 256 << 20
+VOCAB = 128256  # llama 3's lm_head rows
+ROTATE_BYTES = 128 << 20  # 2.5x the L2: the weight being read was last touched 128 MB ago
 
 
 def _norm(g, x, dt, i):
@@ -79,7 +87,11 @@ def blocks(dim: int, hidden: int, kv: int):
         a = _lin(g, x, f"Wg{i}", hidden, dt).silu() * _lin(g, x, f"Wu{i}", hidden, dt)
         (h + _lin(g, a, f"Wd{i}", dim, dt)).output(f"y{i}")
 
-    return {"norm+q": q, "norm+qkv": qkv, "norm+gate/up/act": gated, "down+residual": down, "mlp": mlp}
+    def lm_head(g, dt, i, act):
+        _lin(g, _norm(g, act("x", dim), dt, i), f"Wl{i}", VOCAB, dt).output(f"l{i}")
+
+    return {"norm+q": q, "norm+qkv": qkv, "norm+gate/up/act": gated, "down+residual": down, "mlp": mlp,
+            "norm+lm_head": lm_head}  # fmt: skip
 
 
 def graph_of(build, dt, copies: int) -> lm.Graph:
@@ -122,28 +134,60 @@ def launches(llir) -> int:
                for n in llir.nodes)  # fmt: skip
 
 
-def check(g: lm.Graph, llir, dt) -> float:
-    """Max |got - want| / max |want| over the outputs, random inputs (weights scaled by 1/sqrt(in))."""
-    from luminal.backends.cuda.runtime import CudaExecutor
-
+def reference(g: lm.Graph, dt) -> tuple[dict, dict]:
+    """Random inputs (weights scaled by 1/sqrt(in)) and the reference backend's outputs on them."""
     rng = np.random.default_rng(0)
     feed = {}
     for name, sh in g.input_shapes.items():
         shape = tuple(1 if not d.is_num else d.value for d in sh)
-        feed[name] = (rng.uniform(-1, 1, shape) * (shape[-1] ** -0.5 if name.startswith("W") else 1)).astype(dt.np)
+        u = rng.random(shape, dtype=np.float32) * 2 - 1  # f32: the lm_head's 0.5-1 G values in seconds
+        feed[name] = (u * (shape[-1] ** -0.5 if name.startswith("W") else 1)).astype(dt.np)
+    return feed, g.compile("reference", cache=False).run(feed)
+
+
+def check(llir, feed: dict, want: dict) -> float:
+    """Max |got - want| / max |want| over the outputs of `llir` run on the device."""
+    from luminal.backends.cuda.runtime import CudaExecutor
+
     got = CudaExecutor(llir.nodes).run(feed, {"s": 1})
-    want = g.compile("reference", cache=False).run(feed)
     return max(float(np.max(np.abs(np.asarray(got[k], np.float64).reshape(w.shape) - w)) / np.max(np.abs(w)))
                for k, w in want.items())  # fmt: skip
 
 
-def bench(preset: str, dt, reps: int, ceiling: float) -> list[dict]:
+# other schedules of the fused op, timed on the same plan (--schedules): the one before the looped
+# schedule (a block per 2 rows, 4 warps a row, the plain GEMV's default) and the looped one less one knob
+SCHEDULES = {
+    "looped": None,
+    "old": lambda op, v: DEFAULT[op.dtype],
+    "no-prefetch": lambda op, v: replace(v, prefetch=0),
+    "u-half": lambda op, v: replace(v, unroll=max(1, v.unroll // 2)),
+    "waves2": lambda op, v: replace(v, waves=2),
+}
+
+
+@contextmanager
+def schedule(name: str):
+    """KernelGemvFused renders with SCHEDULES[name] (the looped variant it would pick -> another)."""
+    from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
+
+    pick, own = SCHEDULES[name], KernelGemvFused.variant
+    if pick is not None:
+        KernelGemvFused.variant = lambda op: pick(op, own(op))
+    try:
+        yield
+    finally:
+        KernelGemvFused.variant = own
+
+
+def bench(preset: str, dt, reps: int, ceiling: float, only=None, schedules=("looped",)) -> list[dict]:
     from luminal.backends.cuda.backend import input_extents
     from luminal.backends.cuda.runtime import CudaExecutor
 
     dim, hidden, kv = PRESETS[preset]
     rows = []
     for name, build in blocks(dim, hidden, kv).items():
+        if only is not None and name not in only:
+            continue
         one = graph_of(build, dt, 1)
         wbytes = sum(math.prod(d.value for d in sh) * dt.itemsize for n, sh in one.input_shapes.items() if n[0] == "W")
         copies = max(2, math.ceil(ROTATE_BYTES / wbytes))
@@ -152,17 +196,24 @@ def bench(preset: str, dt, reps: int, ceiling: float) -> list[dict]:
         moved = sum(math.prod(1 if not d.is_num else d.value for d in sh) for sh in g.input_shapes.values())
         moved += sum(int(g.nodes[i].size.evaluate(env)) for i in g.outputs.values())
         moved *= dt.itemsize / copies
+        feed, want = reference(one, dt)
         for kind, backend in zip(("unfused", "fused"), backends(), strict=True):
-            err = check(one, plan(one, backend), dt)
-            llir = plan(g, backend)
-            t = CudaExecutor(llir.nodes).profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
-            gbs = moved / t / 1e9
-            rows.append({"preset": preset, "dtype": dt.value, "block": name, "plan": kind, "us": t * 1e6, "gbs": gbs,
-                         "pct": 100 * gbs / ceiling, "launches": launches(llir) / copies, "copies": copies,
-                         "rel_err": err, "ok": bool(err <= (2e-2 if dt.itemsize == 2 else 1e-4))})  # fmt: skip
-            r = rows[-1]
-            print(f"{preset:>3} {dt.value:>5} {name:18} {kind:8} {r['us']:9.2f} {gbs:8.0f} {r['pct']:6.1f}% "
-                  f"{r['launches']:5.1f} {err:9.1e}{'' if r['ok'] else '  WRONG'}", flush=True)  # fmt: skip
+            small, llir = plan(one, backend), plan(g, backend)
+            for sched in ("looped",) if kind == "unfused" else schedules:
+                with schedule(sched):
+                    err = check(small, feed, want)
+                    ex = CudaExecutor(llir.nodes)
+                t = ex.profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
+                del ex
+                label = kind if sched == "looped" else f"{kind}:{sched}"
+                gbs = moved / t / 1e9
+                ok = bool(err <= (2e-2 if dt.itemsize == 2 else 1e-4))
+                rows.append({"preset": preset, "dtype": dt.value, "block": name, "plan": label, "us": t * 1e6,
+                             "gbs": gbs, "pct": 100 * gbs / ceiling, "launches": launches(llir) / copies,
+                             "copies": copies, "rel_err": err, "ok": ok})  # fmt: skip
+                r = rows[-1]
+                print(f"{preset:>3} {dt.value:>5} {name:18} {label:17} {r['us']:9.2f} {gbs:8.0f} {r['pct']:6.1f}% "
+                      f"{r['launches']:5.1f} {err:9.1e}{'' if r['ok'] else '  WRONG'}", flush=True)  # fmt: skip
     return rows
 
 
@@ -176,15 +227,20 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--dtype", type=str, default="bf16")
     ap.add_argument("--presets", type=str, default="1b,8b")
+    ap.add_argument("--blocks", type=str, default="", help="comma-separated block names (default: all)")
+    ap.add_argument(
+        "--schedules", type=str, default="looped", help=f"fused-op schedules to time: {','.join(SCHEDULES)}"
+    )
     args = ap.parse_args()
     driver.device()
     ceiling = copy_ceiling(512 << 20)
     print(f"copy ceiling (torch d2d, 512 MB): {ceiling:.0f} GB/s")
-    head = f"{'':>3} {'dtype':>5} {'block':18} {'plan':8} {'us':>9} {'GB/s':>8} {'% copy':>7}"
+    head = f"{'':>3} {'dtype':>5} {'block':18} {'plan':17} {'us':>9} {'GB/s':>8} {'% copy':>7}"
     print(head + f" {'kern':>5} {'rel err':>9}")
     rows = []
     for p in args.presets.split(","):
-        rows += bench(p, DType(args.dtype), args.reps, ceiling)
+        only = args.blocks.split(",") if args.blocks else None
+        rows += bench(p, DType(args.dtype), args.reps, ceiling, only, args.schedules.split(","))
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_gbs": ceiling, "rows": rows}, indent=1))
     wrong = [f"{r['preset']} {r['block']} {r['plan']} (rel err {r['rel_err']:.1e})" for r in rows if not r["ok"]]

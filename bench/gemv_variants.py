@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-SHAPES = [(1, 2048, 8192), (1, 8192, 2048), (1, 4096, 4096), (1, 4096, 14336), (1, 14336, 4096)]
+SHAPES = [(1, 2048, 8192), (1, 8192, 2048), (1, 4096, 4096), (1, 4096, 14336), (1, 14336, 4096), (1, 128256, 2048)]
 ROTATE_BYTES = 256 << 20  # W copies cycled per graph: well past the 50 MB L2
 LAUNCHES = 16  # kernel launches per graph replay (at least one per W copy)
 TOL = {"f32": 1e-4, "bf16": 1e-2, "f16": 2e-3}  # max |y - ref| / max |ref|

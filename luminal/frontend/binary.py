@@ -195,10 +195,16 @@ def floordiv(a, b):
     from luminal.frontend.indexing import where
 
     nonzero_scalar = _is_scalar(b) and float(b) != 0.0
+    b_value = b
     b = lift(a, b, "floordiv")
     a, b = broadcast(a, b, "floordiv")
     if not a.dtype.is_float:
         return truediv(a, b)
+    if a.dtype.bits < 32:
+        # 16/8-bit floats: the whole chain in f32, rounded once (numpy's floor_divide on ml_dtypes
+        # does the same); rounding each step to 16 bits would make the result depend on where a
+        # fused kernel keeps f32 registers (docs/numerics.md)
+        return floordiv(a.cast(DType.f32), b_value if nonzero_scalar else b.cast(DType.f32)).cast(a.dtype)
     # numpy's floor_divide: (a - fmod(a, b)) / b is an integer up to rounding, so round it to
     # nearest, then step down when the remainder and the divisor have opposite signs; b == 0
     # gives a / b (inf, -inf or NaN), as numpy does.

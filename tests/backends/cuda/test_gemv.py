@@ -13,7 +13,16 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import PRELUDE, source
-from luminal.backends.cuda.kernels.gemv import DEFAULT, VARIANTS, X_SMEM_MAX, GemvVariant, KernelGemv
+from luminal.backends.cuda.kernels import gemv
+from luminal.backends.cuda.kernels.gemv import (
+    DEFAULT,
+    SMS,
+    VARIANTS,
+    X_SMEM_MAX,
+    GemvVariant,
+    KernelGemv,
+    looped,
+)
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import num, var
@@ -42,6 +51,36 @@ def _op(dt: DType, k: int, ld: int) -> KernelGemv:
     return KernelGemv(var("n"), num(k), num(ld), dt)
 
 
+def ptxas_usage(kernels, arch: str = "sm_90") -> dict[str, tuple[int, int]]:
+    """Registers and spill bytes (stores + loads) per entry, from ptxas's report through NVRTC."""
+    import re
+
+    from cuda.bindings import nvrtc as nv
+
+    opts = [f"--gpu-architecture={arch}", f"-std={nvrtc.STD}", "--ptxas-options=-v",
+            *(f"-I{d}" for d in nvrtc.include_dirs())]  # fmt: skip
+    _, prog = nv.nvrtcCreateProgram(source(kernels).encode(), b"usage.cu", 0, [], [])
+    try:
+        err = nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
+        _, size = nv.nvrtcGetProgramLogSize(prog)
+        buf = b" " * size
+        nv.nvrtcGetProgramLog(prog, buf)
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+    log = buf.rstrip(b"\0 ").decode(errors="replace")
+    assert err == nv.nvrtcResult.NVRTC_SUCCESS, log
+    out, entry, spill = {}, None, 0
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            entry = m.group(1)
+        elif m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            spill = int(m.group(1)) + int(m.group(2))
+        elif (m := re.search(r"Used (\d+) registers", line)) and entry:
+            out[entry] = (int(m.group(1)), spill)
+    assert {k.launches[0].name for k in kernels} <= set(out), log
+    return out
+
+
 def test_every_variant_compiles_for_sm90():
     kernels = [_op(dt, k, k).render({"n": 0}, v) for dt in DTYPES for v in VARIANTS.values() for k in (16, 8192, 14336)]
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
@@ -51,6 +90,22 @@ def test_presets_are_named_by_their_knobs_and_default_covers_every_dtype():
     assert all(name == v.name for name, v in VARIANTS.items())
     assert set(DEFAULT) == set(DTYPES) and all(v in VARIANTS.values() for v in DEFAULT.values())
     assert "__launch_bounds__(256)\n" in _op(DType.f32, 64, 64).render({"n": 0}, VARIANTS["w8r1s1u4"]).code
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_looped_schedule_at_decode_shapes(dt):
+    """gemv.looped at llama-3.2-1b / 3.1-8b shapes (n x k, lm_head included): one wave of blocks, every
+    lane a whole batch per row, and the kernels keep ptxas's 4-blocks-per-SM promise without spilling."""
+    per = 16 // dt.itemsize
+    kernels = []
+    for n, k in ((2048, 2048), (3072, 2048), (2048, 8192), (128256, 2048), (4096, 14336), (128256, 4096)):
+        v = looped(num(n), k // per, 1, 8 if dt.itemsize == 2 else 4)
+        kernels.append(KernelGemv(num(n), num(k), num(k), dt).render({}, v))
+        grid = int(kernels[-1].launches[0].grid.evaluate({}))
+        assert grid <= SMS * v.occupancy and v.waves == 1, (n, k, v, grid)
+        assert k // per >= 32 * v.split * v.unroll, (n, k, v)
+    for name, (regs, spill) in ptxas_usage(kernels).items():
+        assert spill == 0 and regs <= 65536 // (256 * 4), (name, regs, spill)
 
 
 @pytest.mark.parametrize("ld", [64, 72])
@@ -118,6 +173,7 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // finite values: ro
   uint32_t u; memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); return {(uint16_t)(u >> 16)};
 }
 thread_local dim3 threadIdx, blockIdx;
+static dim3 gridDim;
 static std::barrier<>* block_bar;
 static std::barrier<>* warp_bar[32];
 static unsigned long long lanes[32][32];
@@ -148,6 +204,7 @@ static inline float __bfloat162float(__nv_bfloat16 h) { return bf(h); }
 """
 _RUN = r"""
 extern "C" void run_{name}(void* out, const void* x, const void* w, const long long* dims, int grid, int block) {{
+  gridDim.x = grid;
   for (int b = 0; b < grid; ++b) {{
     std::barrier<> bar(block); block_bar = &bar;
     for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);
@@ -181,7 +238,8 @@ def _cpu_launcher(tmp_path, kernels, dt: DType):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
 @pytest.mark.parametrize("dt", [DType.f32, DType.bf16], ids=str)
-def test_every_variant_computes_the_gemv_on_cpu(tmp_path, dt):
+def test_every_variant_computes_the_gemv_on_cpu(tmp_path, dt, monkeypatch):
+    monkeypatch.setattr(gemv, "SMS", 1)  # a capped grid of 4 blocks: looping variants walk 2-5 tiles each
     rendered = {(name, case): _op(dt, *case[1:]).render({"n": 0}, v) for name, v in VARIANTS.items() for case in CASES}
     launch = _cpu_launcher(tmp_path, list({k.code: k for k in rendered.values()}.values()), dt)
     for (name, (n, k, ld)), kern in rendered.items():
@@ -198,7 +256,7 @@ def test_every_variant_computes_the_gemv_on_gpu(dt):
     from luminal.backends.cuda import driver
 
     dev = driver.device()
-    cases = (*CASES, (4097, 4096, 4096))
+    cases = (*CASES, (4097, 4096, 4096), (20000, 64, 64))  # the last: looped presets walk 5 tiles a block
     rendered = {(name, case): _op(dt, *case[1:]).render({"n": 0}, v) for name, v in VARIANTS.items() for case in cases}
     module = driver.Module(nvrtc.compile_cubin(source(list(rendered.values()))))
     for (name, (n, k, ld)), kern in rendered.items():

@@ -35,7 +35,11 @@ D, H = 64, 96  # model dim, hidden
 
 
 def _norm(g, x, dt, name="w"):
-    w = g.tensor(name, (D,), dt).persist()
+    return _norm_of(g, x, dt, name)
+
+
+def _norm_of(g, x, dt, name):  # RMSNorm over x's last axis, any width
+    w = g.tensor(name, (x.shape[-1],), dt).persist()
     return (x.cast(lm.f32).rms_norm(-1, 1e-5) * w.cast(lm.f32)).cast(dt)
 
 
@@ -85,6 +89,23 @@ def _qkv(g, dt):
     return _lin(g, x, "Wq", D, H, dt)
 
 
+def _odd_qkv(g, dt):
+    """Stacked widths 37, 5, 3: no tile of rows lines up with a weight or with the end."""
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    _lin(g, x, "Wk", D, 5, dt).output("k")
+    _lin(g, x, "Wv", D, 3, dt).output("v")
+    return _lin(g, x, "Wq", D, 37, dt)
+
+
+def _odd_gated(g, dt):  # 37 rows: the last tile of the gated pair is partial
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    return _lin(g, x, "Wg", D, 37, dt).silu() * _lin(g, x, "Wu", D, 37, dt)
+
+
+def _lm_head(g, dt):  # the final norm and a (reduced) vocabulary: many tiles per block
+    return _lin(g, _norm(g, g.tensor("x", ("s", D), dt), dt), "W", D, 300, dt)
+
+
 def _plain(g, dt):  # x read from its buffer: nothing to fuse, the plain decode GEMV
     return _lin(g, g.tensor("x", ("s", D), dt), "W", D, H, dt)
 
@@ -99,6 +120,9 @@ BLOCKS = {
     "up_gated": (_up_gated, 1, 1),
     "mlp_block": (_mlp_block, 2, 2),
     "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
+    "odd_qkv": (_odd_qkv, 1, 1),
+    "odd_gated": (_odd_gated, 1, 1),
+    "lm_head": (_lm_head, 1, 1),
     "plain": (_plain, 1, 0),
 }
 
@@ -168,7 +192,11 @@ def test_preferred_plan_fuses_at_s1(name, dt):
                          ids=["bf16-8b", "f32-k8192", "f16-1b"])  # fmt: skip
 def test_real_shapes_compile_for_sm90(dt, dim, hidden):
     """The MLP half-block at model shapes: a long computed x in shared memory (k = dim), its norm's
-    reduction over more values than a thread keeps in registers, the gated pair and the down GEMV."""
+    reduction over more values than a thread keeps in registers, the gated pair and the down GEMV;
+    and q/k/v stacked and a 128256-row lm_head after the norm of one h. Every kernel keeps the
+    4-blocks-per-SM promise (64 registers) without spilling (ptxas's report)."""
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
     g = lm.Graph()
     h = g.tensor("h", ("s", dim), dt)
     w = g.tensor("w", (dim,), dt).persist()
@@ -177,7 +205,16 @@ def test_real_shapes_compile_for_sm90(dt, dim, hidden):
     (h + _lin(g, a, "Wd", hidden, dim, dt)).output("y")
     ops = _launches(_preferred(g))
     assert [type(op).__name__ for op in ops] == ["KernelGemvFused"] * 2 and ops[0].x, ops
-    _compiles(ops)
+    g2 = lm.Graph()
+    x = _norm_of(g2, g2.tensor("h", ("s", dim), dt), dt, "w")
+    for name, n in (("q", dim), ("k", dim // 4), ("v", dim // 4)):
+        _lin(g2, x, f"W{name}", dim, n, dt).output(name)
+    _lin(g2, _norm_of(g2, g2.tensor("hl", ("s", dim), dt), dt, "wl"), "Wl", dim, 128256, dt).output("logits")
+    more = _launches(_preferred(g2))
+    assert sorted(len(op.ns) for op in more if isinstance(op, KernelGemvFused)) == [1, 3], more
+    kernels = [op.render(SLOTS) for op in (*ops, *more) if isinstance(op, KernelGemvFused)]
+    for name, (regs, spill) in ptxas_usage(kernels).items():
+        assert spill == 0 and regs <= 64, (name, regs, spill)
 
 
 def test_what_each_fused_op_holds():
@@ -287,6 +324,7 @@ def test_the_cuda_runtime_runs_fused_plans_on_the_fake_device(monkeypatch):
 _RUN = r"""
 extern "C" void run_{name}(void** a, const long long* dims, int grid, int block) {{
   std::barrier<> bar(block); block_bar = &bar;  // one thread per CUDA thread, reused block after block
+  gridDim.x = grid;
   for (int i = 0; i < block / 32; ++i) warp_bar[i] = new std::barrier<>(32);
   std::vector<std::thread> ts;
   for (int t = 0; t < block; ++t)
@@ -324,21 +362,31 @@ class _OnCpu:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
-def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, dt=lm.bf16):
+@pytest.mark.parametrize("schedule", ["own", "split4"])
+def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, schedule, dt=lm.bf16):
     """bf16 (the dtype the zoo decodes in; f32 differs only in the dot product, which test_gemv runs):
-    the prologue, both epilogues, the gated pair and the stacked q/k/v."""
+    the prologue, both epilogues, the gated pair, the stacked q/k/v, row counts that leave partial
+    tiles and a long one. The grid is capped at 4 blocks (gemv.SMS = 1), so every block runs its
+    prologue once and walks several tiles; `split4` renders each op with 4 warps per row (partials
+    meet in shared memory, double-buffered across tiles) and one vector per lane per batch."""
     import ctypes
     import subprocess
     from types import SimpleNamespace
 
     from luminal.backends.cuda.kernel import PRELUDE
+    from luminal.backends.cuda.kernels import gemv
     from luminal.backends.reference.executor import ReferenceExecutor
     from tests.backends.cuda.test_gemv import _SHIM
 
-    names = ("prologue", "mlp_block", "up_gated", "qkv")
+    monkeypatch.setattr(gemv, "SMS", 1)
+    names = ("prologue", "mlp_block", "odd_qkv", "odd_gated")  # each tile costs a few barriers of 256 threads
+    names += ("up_gated", "qkv", "lm_head") if schedule == "own" else ()
     plans = {name: _preferred(_graph(name, dt)) for name in names}
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
-    kernels = {op: op.render(SLOTS) for op in ops}
+    pick = (lambda op: op.variant()) if schedule == "own" else (lambda op: replace(op.variant(), split=4, unroll=1))
+    kernels = {op: op.render(SLOTS, pick(op)) for op in ops}
+    assert any(k.launches[0].grid.evaluate({"s": 1}) * pick(op).rows_per_block < op.out_size().evaluate({"s": 1})
+               for op, k in kernels.items()), "no block walks more than one tile"  # fmt: skip
     runs = ""
     for op, k in kernels.items():
         params = [op.out_dtype((op.dtype,) * op.base + op.leaf_dtypes()), *(op.dtype,) * op.base, *op.leaf_dtypes()]
@@ -358,7 +406,9 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, dt=lm.bf16):
 
 
 # -- GPU ------------------------------------------------------------------------------------------------
-_GPU_CASES = [(n, dt) for n in sorted(BLOCKS) for dt in (lm.f32, lm.bf16)] + [("mlp_block", lm.f16), ("qkv", lm.f16)]
+_ODD = ("odd_qkv", "odd_gated", "lm_head")  # partial tiles and long walks: bf16 only (the tiling is dtype-blind)
+_GPU_CASES = [(n, dt) for n in sorted(BLOCKS) if n not in _ODD for dt in (lm.f32, lm.bf16)]
+_GPU_CASES += [("mlp_block", lm.f16), ("qkv", lm.f16)] + [(n, lm.bf16) for n in _ODD]
 
 
 @pytest.mark.cuda
@@ -390,3 +440,25 @@ def test_every_sampled_extraction_agrees_on_the_gpu(name):
             continue
         seen.add(llir.fingerprint())
         _check(g, llir, feed, lm.bf16, name, backend.load(llir).run, 2.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["lm_head", "gated"])
+@pytest.mark.parametrize("rows", [20003, 5003])
+def test_long_walks_on_the_gpu(kind, rows):
+    """More tiles than one wave of blocks holds (each block walks several, prologue once), the
+    last tile partial: an lm_head and a gated pair with `rows` outputs, against the reference."""
+    g, dt = lm.Graph(), lm.bf16
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    if kind == "lm_head":
+        y = _lin(g, x, "W", D, rows, dt)
+    else:
+        y = _lin(g, x, "Wg", D, rows, dt).silu() * _lin(g, x, "Wu", D, rows, dt)
+    y.output("y")
+    backend = CudaBackend()
+    llir = _preferred(g, backend)
+    (op,) = [op for op in _launches(llir) if isinstance(op, KernelGemvFused)]
+    grid = op.render(SLOTS).launches[0].grid.evaluate({"s": 1})
+    assert grid * op.variant().rows_per_block < rows, (grid, op.variant())
+    for seed in range(2):
+        _check(g, llir, _feed(g, {"s": 1}, seed), dt, f"{kind} {rows}", backend.load(llir).run, 2.0)

@@ -7,7 +7,10 @@ ld are multiples of one 16-byte vector (8 bf16 / 8 f16 / 4 f32), so every load i
 aligned (buffers are 256-aligned); f32 accumulation, rounded once at the store.
 
 One generator, one schedule knob: `GemvVariant` (named presets in VARIANTS; `render` uses
-DEFAULT[dtype]; bench/gemv_variants.py times every preset on the GPU). A block holds `warps`
+DEFAULT[dtype]; bench/gemv_variants.py times every preset on the GPU). A block computes tiles of
+`rows_per_block` rows blockIdx.x, + gridDim.x, ...: one per block, or, with `waves`, a grid capped
+at one wave of resident blocks that stage x once and walk many tiles (`looped`: KernelGemvFused's
+schedule, whose x prologue is worth computing once per block; docs/perf.md has the reasoning). A block holds `warps`
 warps; `split` warps share a group of `rows` rows, lanes stride their slice of the row in 16-byte
 vectors (a warp load is 512 contiguous bytes), and each lane loads a batch of `unroll` W vectors
 per row before it consumes any. x is read once per batch for all `rows` rows, through __ldg or from
@@ -41,11 +44,12 @@ from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, c_expr, dim_d
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir.op import compute_dtype
-from luminal.shape.expr import Expression, ceil_div, num, z
+from luminal.shape.expr import Expression, ceil_div, maximum, num, z
 
 VECTOR_BYTES = 16
 X_SMEM_MAX = 48 << 10  # static shared memory per block: x is staged only when it fits
 MAX_BATCH_REGS = 128  # 32-bit registers the W and x batches of one lane may hold
+SMS = 132  # streaming multiprocessors of the H200: a capped grid is sized in waves of them (elsewhere: more waves)
 
 # per dtype: elements per 16-byte vector, and C that folds vector pair (wv, xv) into `acc`
 _DOT = {
@@ -79,6 +83,15 @@ _STREAM_LOAD = """__device__ __forceinline__ uint4 KNAME_ldw(const uint4* p) {
 """
 
 
+# the first bytes of a row into L2 (sm_90 bulk prefetch: one instruction, no registers, no wait)
+_PREFETCH = """__device__ __forceinline__ void KNAME_prefetch(const void* p, const unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#endif
+}
+"""
+
+
 @dataclass(frozen=True)
 class GemvVariant:
     """A schedule of the GEMV generator: block shape, work per warp, loads in flight, load paths."""
@@ -90,10 +103,14 @@ class GemvVariant:
     stream: bool = False  # W via ld.global.nc.L1::no_allocate.L2::256B instead of __ldg
     x_smem: bool = False  # x staged per block in shared memory (when k fits in X_SMEM_MAX)
     occupancy: int = 0  # blocks per SM promised to ptxas (__launch_bounds__); 0 = ptxas's choice
+    waves: int = 0  # grid capped at waves x SMS x occupancy blocks looping over tiles; 0 = a block per tile
+    prefetch: int = 0  # batches of each row of the block's first tile prefetched into L2 before x is staged
 
     def __post_init__(self):
         if min(self.warps, self.rows, self.split, self.unroll) < 1 or self.warps * 32 > 1024:
             raise BackendError(f"GemvVariant {self}: counts must be >= 1 and a block at most 1024 threads")
+        if min(self.waves, self.prefetch, self.occupancy) < 0 or (self.waves and not self.occupancy):
+            raise BackendError(f"GemvVariant {self}: a capped grid (waves) needs an occupancy promise")
         if self.warps % self.split:
             raise BackendError(f"GemvVariant {self}: split = {self.split} must divide warps = {self.warps}")
         if 4 * self.unroll * (self.rows + 1) > MAX_BATCH_REGS:
@@ -111,6 +128,8 @@ class GemvVariant:
     def name(self) -> str:
         tags = ("-na" if self.stream else "") + ("-xs" if self.x_smem else "")
         tags += f"-o{self.occupancy}" if self.occupancy else ""
+        tags += f"-g{self.waves}" if self.waves else ""
+        tags += f"-p{self.prefetch}" if self.prefetch else ""
         return f"w{self.warps}r{self.rows}s{self.split}u{self.unroll}{tags}"
 
 
@@ -130,6 +149,11 @@ VARIANTS: dict[str, GemvVariant] = {
         GemvVariant(rows=2, stream=True, occupancy=3),
         GemvVariant(split=2, stream=True, x_smem=True, occupancy=4),
         GemvVariant(warps=4, split=2, stream=True, occupancy=8),
+        # a grid of one wave walking the rows (x staged once per block); gemv.looped picks among these
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(split=2, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(split=4, stream=True, x_smem=True, occupancy=4, waves=1),
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2),
     )
 }
 BASELINE = VARIANTS["w8r1s1u4"]
@@ -176,7 +200,33 @@ class KernelGemv(KernelOp):
                          n=c_expr(self.n), zip=True, x="in0", params=(dt, dt),
                          store=f"out[row] = {store(dt, 'acc0')};", out=dt)  # fmt: skip
         name, code = name_code(self.prefix, gemv_code(v, src, dim_decls(self.dim_names(), slots)))
-        return Kernel(code, (Launch(name, ceil_div(self.n, num(v.rows_per_block)), v.block),), headers(dt))
+        return Kernel(code, (Launch(name, gemv_grid(v, self.n), v.block),), headers(dt))
+
+
+PREFETCH_BYTES = 32 << 10  # L2 prefetch per block before x is staged: ~17 MB over a 528-block wave, a third of L2
+FILL = 0.6  # split-k until the blocks fill this fraction of a wave (SMS x occupancy)
+
+
+def looped(n: Expression, kv: int, m: int, unroll: int = 4, occupancy: int = 4) -> GemvVariant:
+    """The looping schedule for n rows of kv vectors, m weights per output row (gemvfused.py):
+    8 warps, a warp per row unless that leaves the wave under FILL (then 2, 4 or 8 warps per row,
+    while every lane keeps a whole batch), a grid of one wave walking the tiles, the first tile's
+    first batches prefetched into L2 while the block stages x."""
+    split, cap = 1, SMS * occupancy
+    while split < 8 and kv >= 32 * unroll * 2 * split and (not n.is_num or n.value * split < 8 * FILL * cap):
+        split *= 2
+    per_batch = (8 // split) * m * unroll * 32 * split * VECTOR_BYTES  # the tile's first batch, every row
+    prefetch = max(1, PREFETCH_BYTES // per_batch)
+    return GemvVariant(8, 1, split, unroll, True, True, occupancy, 1, prefetch)
+
+
+def gemv_grid(v: GemvVariant, n: Expression) -> Expression:
+    """Blocks of variant v over n rows: one per tile, or, when capped (`waves`), as few as spread the
+    tiles evenly (every block walks the same number of tiles, give or take one)."""
+    tiles = ceil_div(n, num(v.rows_per_block))
+    if not v.waves:
+        return tiles
+    return ceil_div(tiles, maximum(ceil_div(tiles, num(SMS * v.occupancy * v.waves)), num(1)))
 
 
 def check_gemv(op: str, dt: DType, k: Expression, lds: tuple[Expression, ...]) -> None:
@@ -220,10 +270,12 @@ class GemvSource:
 
 def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     """CUDA C of one variant computing `src`. Per-row state lives in arrays indexed by unrolled
-    constants (registers): R = rows x (weights per output row) dot products per warp group."""
+    constants (registers): R = rows x (weights per output row) dot products per warp group. The
+    block walks its tiles (rows_per_block rows each) blockIdx.x, + gridDim.x, ...: one tile per
+    block when the grid covers every row (`waves` = 0), several when it is capped (`gemv_grid`)."""
     dt, kv = src.dtype, src.kv
     m = len(src.weights) if src.zip else 1
-    rows, unroll, R = v.rows, v.unroll, v.rows * m
+    rows, unroll, R, rpb = v.rows, v.unroll, v.rows * m, v.rows_per_block
     if 4 * unroll * (R + 1) > MAX_BATCH_REGS:
         raise BackendError(f"GEMV {v.name}: a batch of {unroll} x {R + 1} vectors spills (fewer weights or rows)")
     step, batch = 32 * v.split, v.unroll * 32 * v.split  # lane stride, vectors per batch of a row
@@ -240,46 +292,62 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
         if x_smem:
             stage = (f"{xdecl}{stage}  for (int i = threadIdx.x; i < {kv}; i += {v.block}) xs[i] = __ldg(x + i);\n"
                      "  __syncthreads();\n")  # fmt: skip
-    loop = f"#pragma unroll 1\n    for (int c = 0; c < {full}; ++c) batch(c * {batch} + v0, false);\n" if full else ""
-    loop += f"    batch({full * batch} + v0, true);\n" if tail else ""
+    loop = f"#pragma unroll 1\n      for (int c = 0; c < {full}; ++c) batch(c * {batch} + v0, false);\n" if full else ""
+    loop += f"      batch({full * batch} + v0, true);\n" if tail else ""
     if src.zip:  # row r of the group, weight q: dot product r * m + q
-        ptrs = "".join(f"      w[r * {m} + {q}] = reinterpret_cast<const uint4*>({p} + rr * {ld}LL);\n"
-                       for q, (p, ld) in enumerate(src.weights))  # fmt: skip
+        ptr = [f"{p} + rr * {ld}LL" for p, ld in src.weights]
     else:  # the weight whose stacked rows hold row rr
         sel, off = [], "0LL"
         for (p, ld), nq in zip(src.weights, src.ns, strict=True):
             sel.append((f"rr < {off} + ({nq})", f"{p} + (rr - ({off})) * {ld}LL"))
             off = f"{off} + ({nq})"
         pick = sel[-1][1]
-        for cond, ptr in reversed(sel[:-1]):
-            pick = f"{cond} ? {ptr} : {pick}"
-        ptrs = f"      w[r] = reinterpret_cast<const uint4*>({pick});\n"
-    if v.split == 1:
-        combine = f"""  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < {rows}; ++r) {{
-      const long long row = row0 + r;
-      if (row < n) {{ {"".join(f"const float acc{q} = acc[r * {m} + {q}]; " for q in range(m))}{src.store} }}
+        for cond, p in reversed(sel[:-1]):
+            pick = f"{cond} ? {p} : {pick}"
+        ptr = [pick]
+    ptrs = "".join(f"        w[r * {m} + {q}] = reinterpret_cast<const uint4*>({p});\n" for q, p in enumerate(ptr))
+    prefetch = ""
+    pbytes = min(kv, v.prefetch * batch) * VECTOR_BYTES  # a prefix of each row: the first batches
+    if v.prefetch and v.waves:  # lane d < R of the group's first warp: the first tile's dot product d
+        pick = ptr[0] if m == 1 else " : ".join(f"q == {q} ? {p}" for q, p in enumerate(ptr[:-1])) + f" : {ptr[-1]}"
+        prefetch = f"""  if (warp % {v.split} == 0 && lane < {R}) {{  // the first tile into L2 while x is staged
+    const int r = lane / {m}, q = lane % {m};
+    const long long row = (long long)blockIdx.x * {rpb} + (warp / {v.split}) * {rows} + r;
+    if (row < n) {{
+      const long long rr = row;
+      KNAME_prefetch({pick}, {pbytes});
     }}
-"""
-    else:
-        combine = f"""  __shared__ float part[{v.warps * R}];
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < {R}; ++r) part[warp * {R} + r] = acc[r];
-  __syncthreads();
-  if (threadIdx.x < {v.rows_per_block}) {{  // row r of row group g
-    const int g = threadIdx.x / {rows}, r = threadIdx.x % {rows};
-    const long long row = (long long)blockIdx.x * {v.rows_per_block} + threadIdx.x;
-    float sum[{m}] = {{}};
-#pragma unroll
-    for (int q = 0; q < {m}; ++q)
-#pragma unroll
-      for (int s = 0; s < {v.split}; ++s) sum[q] += part[(g * {v.split} + s) * {R} + r * {m} + q];
-    if (row < n) {{ {"".join(f"const float acc{q} = sum[{q}]; " for q in range(m))}{src.store} }}
   }}
 """
-    head = _STREAM_LOAD if v.stream else ""
+    if v.split == 1:
+        combine = f"""    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < {rows}; ++r) {{
+        const long long row = row0 + r;
+        if (row < n) {{ {"".join(f"const float acc{q} = acc[r * {m} + {q}]; " for q in range(m))}{src.store} }}
+      }}
+"""
+        part = ""
+    else:  # two buffers: a tile's partials are written while the previous tile's may still be read
+        part = f"  __shared__ float part[2][{v.warps * R}];\n"
+        combine = f"""    float* const pt = part[it & 1];
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < {R}; ++r) pt[warp * {R} + r] = acc[r];
+    __syncthreads();
+    if (threadIdx.x < {rpb}) {{  // row r of row group g
+      const int g = threadIdx.x / {rows}, r = threadIdx.x % {rows};
+      const long long row = tile * {rpb} + threadIdx.x;
+      float sum[{m}] = {{}};
+#pragma unroll
+      for (int q = 0; q < {m}; ++q)
+#pragma unroll
+        for (int s = 0; s < {v.split}; ++s) sum[q] += pt[(g * {v.split} + s) * {R} + r * {m} + q];
+      if (row < n) {{ {"".join(f"const float acc{q} = sum[{q}]; " for q in range(m))}{src.store} }}
+    }}
+"""
+    it = (", it = 0", ", ++it") if v.split > 1 else ("", "")  # it: the tile's partials buffer
+    head = (_STREAM_LOAD if v.stream else "") + (_PREFETCH if prefetch else "")
     params = "".join(f", const {d.cuda}* __restrict__ in{j}" for j, d in enumerate(src.params))
     return f"""{head}__device__ __forceinline__ float KNAME_dot(const uint4 wv, const uint4 xv, float acc) {{
   {_DOT[dt][1]}
@@ -289,41 +357,44 @@ extern "C" __global__ void __launch_bounds__({bounds})
 KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
 {decls}  const long long n = {src.n};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long row0 = (long long)blockIdx.x * {v.rows_per_block} + (warp / {v.split}) * {rows};
-{stage}  float acc[{R}] = {{}};
-  if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
-    const uint4* __restrict__ w[{R}];
+  const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
+{prefetch}{stage}{part}#pragma unroll 1
+  for (long long tile = blockIdx.x{it[0]}; tile * {rpb} < n; tile += gridDim.x{it[1]}) {{  // uniform per block
+    const long long row0 = tile * {rpb} + (warp / {v.split}) * {rows};
+    float acc[{R}] = {{}};
+    if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
+      const uint4* __restrict__ w[{R}];
 #pragma unroll
-    for (int r = 0; r < {rows}; ++r) {{
-      const long long rr = row0 + r < n ? row0 + r : n - 1;
-{ptrs}    }}
-    const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
-    // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
-    auto batch = [&](const int base, const bool guard) {{
-      uint4 xv[{unroll}], wv[{R}][{unroll}];
+      for (int r = 0; r < {rows}; ++r) {{
+        const long long rr = row0 + r < n ? row0 + r : n - 1;
+{ptrs}      }}
+      // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
+      auto batch = [&](const int base, const bool guard) {{
+        uint4 xv[{unroll}], wv[{R}][{unroll}];
 #pragma unroll
-      for (int j = 0; j < {unroll}; ++j)
+        for (int j = 0; j < {unroll}; ++j)
 #pragma unroll
-        for (int r = 0; r < {R}; ++r) {{
+          for (int r = 0; r < {R}; ++r) {{
+            const int i = base + j * {step};
+            wv[r][j] = !guard || i < {kv} ? {ldw}(w[r] + i) : make_uint4(0u, 0u, 0u, 0u);
+          }}
+#pragma unroll
+        for (int j = 0; j < {unroll}; ++j) {{
           const int i = base + j * {step};
-          wv[r][j] = !guard || i < {kv} ? {ldw}(w[r] + i) : make_uint4(0u, 0u, 0u, 0u);
+          xv[j] = !guard || i < {kv} ? {ldx} : make_uint4(0u, 0u, 0u, 0u);
         }}
 #pragma unroll
-      for (int j = 0; j < {unroll}; ++j) {{
-        const int i = base + j * {step};
-        xv[j] = !guard || i < {kv} ? {ldx} : make_uint4(0u, 0u, 0u, 0u);
-      }}
+        for (int j = 0; j < {unroll}; ++j)
 #pragma unroll
-      for (int j = 0; j < {unroll}; ++j)
+          for (int r = 0; r < {R}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
+      }};
+{loop}    }}
 #pragma unroll
-        for (int r = 0; r < {R}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
-    }};
-{loop}  }}
+    for (int r = 0; r < {R}; ++r)
 #pragma unroll
-  for (int r = 0; r < {R}; ++r)
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-{combine}}}
+      for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+{combine}  }}
+}}
 """
 
 

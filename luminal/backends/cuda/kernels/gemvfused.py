@@ -9,6 +9,8 @@ its own buffer: nothing is copied or concatenated), then the bodies' leaves, num
   its buffer like KernelGemv's x; an expression (RMSNorm or any row normalization, with its row
   reductions) is computed by every block into shared memory before the weight stream, rounded to
   `dtype` as the unfused chain stores it. x is a few KB and L2-resident; the weights stream once.
+  The schedule is gemv.looped: a grid of at most one wave of blocks that each compute x once and
+  walk many rows, the first rows' weights prefetched into L2 while x is computed.
 * `epi` (one expression, "zip" mode): every weight has n = ns[0] rows, output row j is `epi` at j
   where `KernelAcc(q)` is the f32 dot product of x with row j of weight q (held unrounded, like
   every value inside a fused kernel): a residual or bias add, or the gate of a gated MLP,
@@ -41,13 +43,13 @@ from luminal.backends.cuda.kernel import (
 )
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
 from luminal.backends.cuda.kernels.fused import arg_dtype, row_code, row_coords
-from luminal.backends.cuda.kernels.gemv import _DOT, DEFAULT, GemvSource, GemvVariant, check_gemv, gemv_code
+from luminal.backends.cuda.kernels.gemv import _DOT, GemvSource, GemvVariant, check_gemv, gemv_code, gemv_grid, looped
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import fexpr
 from luminal.hlir.fexpr import FArgs, FExpr, FLeaf, FNode
 from luminal.hlir.op import EList
-from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod, z
+from luminal.shape.expr import ONE, ZERO, Expression, num, prod, z
 from luminal.shape.tracker import contiguous_strides
 
 PROLOGUE_SMEM = 40 << 10  # a computed x in shared memory (gemvfused.egg GemvXMax): 8 KB left of the 48 KB
@@ -220,10 +222,11 @@ class KernelGemvFused(KernelOp):
 
     # -- code ---------------------------------------------------------------------------------------
     def variant(self) -> GemvVariant:
-        v = DEFAULT[self.dtype]
-        while v.unroll > 1 and 4 * v.unroll * (v.rows * (self.m if self.epi else 1) + 1) > 128:
-            v = GemvVariant(v.warps, v.rows, v.split, v.unroll // 2, v.stream, v.x_smem, v.occupancy)
-        return v
+        """gemv.looped: a grid of one wave whose blocks stage x (or run the prologue) once and walk
+        many rows; 8 W vectors of 16 bytes in flight per lane (4 in f32, whose wider dot products
+        spill at 8 under the 64-register promise), shared by the weights of a gated pair."""
+        m, per = self.m if self.epi else 1, _DOT[self.dtype][0]
+        return looped(self.out_size(), self.k.value // per, m, (4 if self.dtype == DType.f32 else 8) // m)
 
     def render(self, slots, variant: GemvVariant | None = None) -> Kernel:
         dt, m, b = self.dtype, self.m, self.base
@@ -249,7 +252,7 @@ class KernelGemvFused(KernelOp):
                          out=odt, ns=ns, prologue=prologue)  # fmt: skip
         name, code = name_code(self.prefix, gemv_code(v, src, dim_decls(self.dim_names(), slots)))
         hdrs = headers(dt, odt, *leaf_dts, *fexpr.dtypes((*self.x, *self.epi), leaf_dts + (dt,) * m).values())
-        return Kernel(code, (Launch(name, ceil_div(self.out_size(), num(v.rows_per_block)), v.block),), hdrs)
+        return Kernel(code, (Launch(name, gemv_grid(v, self.out_size()), v.block),), hdrs)
 
 
 def _is(e: FExpr, cls: type) -> bool:
