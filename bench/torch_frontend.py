@@ -8,13 +8,17 @@ zoo's, and a compile faster than reduce-overhead's.
     .venv/bin/python bench/torch_frontend.py --tiny --backend reference --new 4   # CPU smoke run
 
 Prints one line per engine: compile s (first prefill + first decode), TTFT, TPOT (median of the
-decode steps, CUDA-synchronized), and the ratios to the zoo.
+decode steps, CUDA-synchronized, including reading nothing back but what the loop itself needs),
+tok/s, and the ratio to the zoo; then what a luminal decode step moved (runtime counters: bytes
+host->device, device->host, device->device; CUDA-graph builds over the loop), and the two verdicts
+of issue 14. `--json PATH` writes the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -30,6 +34,7 @@ from models import hf_config  # noqa: E402  (bench/models.py: HF config kwargs f
 import luminal.torch as lt  # noqa: E402
 from luminal.models import llama  # noqa: E402
 from luminal.models.engine import Sampler  # noqa: E402
+from luminal.torch import dynamo, program  # noqa: E402
 
 TINY = llama.Config(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden=128, head_dim=16)
 
@@ -58,10 +63,42 @@ def decode_torch(model, cfg, prompt: torch.Tensor, new: int, cache_len: int, dev
     return {"ttft": ttft, "steps": steps}
 
 
+RESULTS: dict = {}
+
+
 def line(name: str, compile_s: float, r: dict, zoo_tpot: float | None) -> str:
     tpot = statistics.median(r["steps"]) if r["steps"] else float("nan")
-    ratio = f" | {tpot / zoo_tpot:.2f}x zoo" if zoo_tpot else ""
-    return f"{name:28s} compile {compile_s:7.2f} s | TTFT {r['ttft'] * 1e3:8.1f} ms | TPOT {tpot * 1e3:7.2f} ms{ratio}"
+    RESULTS[name] = {"compile_s": compile_s, "ttft_s": r["ttft"], "tpot_s": tpot, "tok_s": 1.0 / tpot}
+    ratio = f" | {tpot / zoo_tpot:.2f}x zoo TPOT" if zoo_tpot else ""
+    return (f"{name:28s} compile {compile_s:7.2f} s | TTFT {r['ttft'] * 1e3:8.1f} ms | TPOT {tpot * 1e3:7.2f} ms "
+            f"| {1.0 / tpot:7.1f} tok/s{ratio}")  # fmt: skip
+
+
+class _Recorded(program.Program):
+    """The backend's Programs, to read the decode graph's runtime counters."""
+
+    made: list = []
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        _Recorded.made.append(self)
+
+
+def _decode_stats() -> str:
+    """Counters of the decode Program (per-call tensors of one token) after the measured loop."""
+    for p in _Recorded.made:
+        per_call = [s for s in p.inputs if s.kind == "tensor" and not s.persistent]
+        if per_call and all(e.is_num and int(e) == 1 for s in per_call for e in s.shape):
+            rt = p.model.stats.get("runtime")
+            if rt is None:
+                return "#   decode step: reference backend (host path)"
+            keys = ("h2d_bytes", "d2h_bytes", "d2d_bytes", "graph_builds", "graph_patches", "runs")
+            RESULTS["luminal decode step"] = {k: rt[k] for k in keys}
+            return (f"#   luminal decode step: h2d {rt['h2d_bytes']} B, d2h {rt['d2h_bytes']} B, "
+                    f"d2d {rt['d2d_bytes']} B "
+                    f"(token + position + logits; the KV cache stays in place) | graph builds {rt['graph_builds']} "
+                    f"over {rt['runs']} decode runs (one per StaticCache), patches {rt['graph_patches']}")  # fmt: skip
+    return "#   no decode Program recorded"
 
 
 def main(argv=None) -> None:
@@ -74,7 +111,10 @@ def main(argv=None) -> None:
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile(mode='reduce-overhead')")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager HF run")
+    ap.add_argument("--json", type=Path, default=None, help="write the numbers here")
     a = ap.parse_args(argv)
+    dynamo.Program = _Recorded  # record the backend's Programs (read-only use: counters)
     cfg = TINY if a.tiny else llama.CONFIGS[a.preset]
     if a.layers:
         cfg = dataclasses.replace(cfg, n_layers=a.layers)
@@ -93,7 +133,7 @@ def main(argv=None) -> None:
     with torch.no_grad():
         # the zoo's llama: the same shapes as a luminal graph (random weights of its own)
         t0 = time.perf_counter()
-        zoo = llama.load_random_preset(cfg, a.backend, cache_len, None, 0, llama.Transformer)
+        zoo = llama.load_random_preset(cfg, a.backend, cache_len, None, 0, llama.Transformer, dtype=a.dtype)
         zoo.generate(prompt[0].tolist(), 2, Sampler())  # compile + warm-up
         zoo_compile = time.perf_counter() - t0
         zoo.generate(prompt[0].tolist(), a.new, Sampler())
@@ -112,9 +152,17 @@ def main(argv=None) -> None:
         print(
             f"#   luminal compiles: {lt.counters['compiles'] - before} (expect 2), fallbacks {lt.counters['fallbacks']}"
         )
+        own = sum(p.stats.get("time_total_s", 0.0) for p in _Recorded.made)
+        print(f"#   of the compile: luminal's own {own:.1f} s (e-graph, search, load), the rest torch's tracing "
+              "(Dynamo + AOTAutograd, shared with reduce-overhead) and the first calls")  # fmt: skip
+        RESULTS["luminal own compile s"] = own
+        print(_decode_stats())
+        lum_tpot = RESULTS["HF llama, backend=luminal"]["tpot_s"]
 
-        r = decode_torch(model, hf_cfg, prompt, a.new, cache_len, device)
-        print(line("HF llama, eager", 0.0, r, zoo_tpot))
+        if not a.no_eager:
+            r = decode_torch(model, hf_cfg, prompt, a.new, cache_len, device)
+            print(line("HF llama, eager", 0.0, r, zoo_tpot))
+        ro_compile = None
         if device.type == "cuda" and not a.no_torch_compile:
             torch._dynamo.reset()
             ro = torch.compile(model, mode="reduce-overhead")
@@ -123,6 +171,15 @@ def main(argv=None) -> None:
             ro_compile = time.perf_counter() - t0
             r = decode_torch(ro, hf_cfg, prompt, a.new, cache_len, device)
             print(line("HF llama, reduce-overhead", ro_compile, r, zoo_tpot))
+    ok = lum_tpot <= 1.10 * zoo_tpot
+    print(f"# verdict: luminal-through-torch TPOT / zoo TPOT = {lum_tpot / zoo_tpot:.3f} "
+          f"({'PASS' if ok else 'FAIL'}: target <= 1.10)")  # fmt: skip
+    if ro_compile is not None:
+        ok = lum_compile < ro_compile
+        print(f"# verdict: luminal compile {lum_compile:.1f} s vs reduce-overhead {ro_compile:.1f} s "
+              f"({'PASS' if ok else 'FAIL'}: target luminal < reduce-overhead)")  # fmt: skip
+    if a.json is not None:
+        a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "results": RESULTS}, indent=1))
 
 
 if __name__ == "__main__":

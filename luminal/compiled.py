@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,26 @@ from luminal.graph import Graph, empty_max_message
 from luminal.shape.expr import Expression
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """A C-contiguous array in device memory the caller owns (a torch CUDA tensor's storage): its
+    address, shape and numpy dtype. `run` copies per-run inputs given this way device-to-device on
+    the runtime's stream (no host round trip) and writes `into` outputs the same way; the caller keeps
+    the memory alive and orders its own stream against the runtime's (`device_stream`)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
 class CompiledModel:
@@ -49,6 +70,7 @@ class CompiledModel:
             self.stats["runtimes"] = runtimes
         self._bound: dict[str, np.ndarray] = {}
         self._resident: set[str] = set()  # bound through bind(): held by the runtime only
+        self._device_shapes: dict[str, tuple[int, ...]] = {}  # bound through bind_device(): their shapes
         self._last: Any = None  # the plan of the last run (outputs stay with it)
         self._last_env: dict[str, int] = {}
         self._dims = graph.dims()
@@ -84,13 +106,53 @@ class CompiledModel:
                 self._bound.pop(name, None)
                 ex.bind(name, arr)
                 self._resident.add(name)
+                self._device_shapes.pop(name, None)
             else:
                 self._bound[name] = arr
 
+    def bind_device(self, name: str, arr: DeviceArray) -> None:
+        """Bind persistent input `name` to device memory the caller owns (no copy, no upload): the
+        runtime reads it there, and state (an output named `name`) is written back there, in place
+        when the plan updates it in place. The caller keeps it alive until it binds another address.
+        cuda only."""
+        ex = self._plans[0][1]
+        if not self.binds_device:
+            raise InputError(f"bind_device({name!r}): backend {self.backend!r} cannot address device memory")
+        if name not in self._inputs or name not in self._persistent_names:
+            raise InputError(f"bind_device: {name!r} is not a persistent input of this model")
+        shape, dt = self._inputs[name]
+        if not isinstance(arr, DeviceArray) or arr.dtype != dt.np:
+            raise InputError(f"bind_device: input {name!r} must be a DeviceArray of {dt}, got {arr!r}")
+        want = tuple(_eval(d, {}, name) if not d.dims() else None for d in shape)
+        if arr.ndim != len(shape) or any(w is not None and w != n for w, n in zip(want, arr.shape, strict=True)):
+            raise InputError(f"bind_device: input {name!r} has shape {arr.shape}, the graph declares {list(shape)}")
+        self._bound.pop(name, None)
+        ex.bind_device(name, arr.ptr, arr.nbytes)
+        self._resident.add(name)
+        self._device_shapes[name] = arr.shape
+
+    @property
+    def binds_device(self) -> bool:
+        """True when the runtime addresses device memory (cuda): `bind_device`, DeviceArray inputs, `into`."""
+        return hasattr(self._plans[0][1], "bind_device")
+
+    @property
+    def device_stream(self) -> int | None:
+        """The runtime's CUDA stream handle, for ordering a caller's stream against it (None when
+        the runtime has none: not cuda, or a stand-in driver)."""
+        dev = getattr(self._plans[0][1], "dev", None)
+        try:
+            return None if dev is None else int(dev.stream)
+        except (TypeError, ValueError):
+            return None
+
     def run(self, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None,
-            fetch: Sequence[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+            fetch: Sequence[str] | None = None,
+            into: Mapping[str, DeviceArray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         """Run once; return the outputs named in `fetch` (default: all). Persistent inputs given once
-        stay bound; dims are inferred from input shapes."""
+        stay bound; dims are inferred from input shapes. cuda: inputs may be `DeviceArray`s, and
+        `into` names outputs to copy device-to-device into caller-owned memory (the others stay
+        with the runtime until the next run)."""
         feed = self._check_inputs(inputs)
         env = self._infer_dims(feed, {} if dims is None else dims)
         if isinstance(fetch, str):  # list("logits") would be six one-letter names
@@ -101,7 +163,13 @@ class CompiledModel:
             raise InputError(f"fetch: unknown outputs {bad}; this model's outputs are {sorted(self._outputs)}")
         ex = self._executor.select(env) if hasattr(self._executor, "select") else self._executor
         t0 = time.perf_counter()
-        outs = ex.run(feed, env, fetch=names) if fetch is not None else ex.run(feed, env)
+        if into:
+            self._check_into(into, env)
+            outs = ex.run(feed, env, fetch=names, into=into)
+        elif fetch is not None:
+            outs = ex.run(feed, env, fetch=names)
+        else:
+            outs = ex.run(feed, env)
         self.stats["time_last_run_s"] = time.perf_counter() - t0
         self._last, self._last_env = ex, env
         result: dict[str, np.ndarray] = {}
@@ -137,6 +205,17 @@ class CompiledModel:
         return self.plans[bucket].save(path)
 
     # -- input checking ---------------------------------------------------------------------------
+    def _check_into(self, into: Mapping[str, DeviceArray], env: Mapping[str, int]) -> None:
+        if not self.binds_device:
+            raise InputError(f"into=: backend {self.backend!r} cannot write device memory")
+        for name, arr in into.items():
+            if name not in self._outputs:
+                raise InputError(f"into: unknown output {name!r}; this model's outputs are {sorted(self._outputs)}")
+            shape, dt = self._outputs[name]
+            want = tuple(int(d.evaluate(env)) for d in shape)
+            if not isinstance(arr, DeviceArray) or arr.dtype != dt.np or int(np.prod(arr.shape)) != int(np.prod(want)):
+                raise InputError(f"into: output {name!r} is {list(want)} {dt}, got {arr!r}")
+
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(inputs, Mapping):
             raise InputError(f"run() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
@@ -152,7 +231,13 @@ class CompiledModel:
         for name, (shape, dt) in self._inputs.items():
             if name in inputs:
                 arr = inputs[name]
-                if not isinstance(arr, np.ndarray):
+                if isinstance(arr, DeviceArray):
+                    if name in self._persistent_names or not self.binds_device:
+                        raise InputError(
+                            f"input {name!r}: a DeviceArray is a per-run input of a cuda model "
+                            "(bind persistent inputs with bind_device)"
+                        )
+                elif not isinstance(arr, np.ndarray):
                     raise InputError(f"input {name!r}: expected a numpy array of {dt}, got {type(arr).__name__}")
                 if arr.dtype != dt.np:
                     try:  # name the array's dtype in luminal's spelling: that is what a declaration would take
@@ -168,6 +253,7 @@ class CompiledModel:
                 feed[name] = arr
                 if name in self._persistent_names:
                     self._bound[name] = arr
+                    self._device_shapes.pop(name, None)
             elif name in self._bound:
                 feed[name] = self._bound[name]
             elif name in self._resident:
@@ -201,6 +287,11 @@ class CompiledModel:
             want = tuple(_eval(d, env, name) for d in shape)
             if want != arr.shape:
                 raise InputError(f"input {name!r}: shape {arr.shape} but the graph expects {list(shape)} = {want}")
+        for name, have in self._device_shapes.items():  # device-bound: the dims must fit what was bound
+            if name not in feed and all(d.dims() <= env.keys() for d in self._inputs[name][0]):
+                want = tuple(_eval(d, env, name) for d in self._inputs[name][0])
+                if want != have:
+                    raise InputError(f"input {name!r}: bound with shape {have}, these dims make it {want}")
         missing = sorted(self._dims - set(env))
         if missing:
             raise InputError(f"dims {missing} are not determined by any input shape; pass dims={{'{missing[0]}': n}}")

@@ -2,9 +2,11 @@
 ATen (same decompositions as torch.export, SDPA kept whole), luminal translates and compiles it.
 
 Dynamo passes sizes it made dynamic as SymInt inputs, so with `dynamic=True` (or after its automatic
-dynamic-shape recompile) one luminal compile serves every length. AOTAutograd returns input
-mutations (a StaticCache's `index_copy_`) as extra outputs and copies them back itself. Parameters
-and unmutated buffers (Dynamo's static inputs) are persistent inputs, bound once.
+dynamic-shape recompile) one luminal compile serves every length. Input mutations (a StaticCache's
+`index_copy_`) stay in the graph (`keep_inference_input_mutations=True`) as `copy_(input, new)`,
+which the translator turns into luminal state: the runtime updates the tensor's memory itself (in
+place on CUDA). Parameters and unmutated buffers (Dynamo's static inputs) are persistent inputs,
+bound once.
 
 Options (`torch.compile(m, backend="luminal", options={...})`): `fallback` (run a graph luminal cannot
 translate eagerly, logged, instead of raising), `backend` ("reference" | "cuda" | "auto"), and any
@@ -59,7 +61,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             return fx.forward
 
     return aot_autograd(
-        fw_compiler=fw_compiler, bw_compiler=_no_backward, decompositions=dict(decompositions().items())
+        fw_compiler=fw_compiler,
+        bw_compiler=_no_backward,
+        decompositions=dict(decompositions().items()),
+        keep_inference_input_mutations=True,
     )(gm, example_inputs)
 
 

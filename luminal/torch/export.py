@@ -2,9 +2,10 @@
 compile with luminal, and return a callable with the module's signature.
 
 Weights and buffers are not copied into an artifact: the returned object reads them from the module
-itself (numpy views of their memory, bound once as persistent inputs). Buffers the forward mutates
-(a KV cache updated with `index_copy_`) are fed every call and written back after it, so the
-module's state matches eager execution.
+itself (numpy views of their memory, or their device addresses on CUDA, bound once as persistent
+inputs). Buffers the forward mutates (a KV cache updated with `index_copy_`, torch.export's
+BUFFER_MUTATION outputs) are luminal state: the Program updates the module's buffer itself (in place
+on CUDA, copied back on the host path), so the module's state matches eager execution.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ class CompiledModule:
                 if wb is None:
                     user.append(val)
                 elif wb[0] == "state":
-                    self._state(wb[1]).copy_(val)
+                    target = self._state(wb[1])
+                    if val is not target:  # the Program updated the buffer itself (luminal state)
+                        target.copy_(val)
                 else:
                     flat[wb[1]].copy_(val)
         return pytree.tree_unflatten(user, self.ep.call_spec.out_spec)
@@ -134,14 +137,18 @@ def compile(module, example_inputs, dynamic=None, backend: str = "auto", example
         ep = ep.run_decompositions(decompositions())
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
-    persistent, names = set(), []
+    persistent, names, buffers = set(), [], {}
     for i, s in enumerate(sig.input_specs):
         names.append(s.target if s.target is not None else s.arg.name)
+        if s.kind == InputKind.BUFFER:
+            buffers[s.target] = i
         if s.kind in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR) or (
             s.kind == InputKind.BUFFER and s.target not in mutated
         ):
             persistent.add(i)
-    tr = translate(ep.graph_module, persistent, names)
+    # a buffer mutation output is the next value of that buffer's placeholder: luminal state
+    state = {k: buffers[s.target] for k, s in enumerate(sig.output_specs) if s.kind == OutputKind.BUFFER_MUTATION}
+    tr = translate(ep.graph_module, persistent, names, state)
     tr.ranges = _ranges(ep)
     return CompiledModule(module, ep, Program(tr, backend, **options))
 

@@ -1,13 +1,19 @@
 """Program: a translated, compiled graph and how torch values go in and out of it.
 
-Per call: dims are solved from the tensor shapes and SymInt arguments (one plan for every length),
-tensors are handed to the runtime as numpy views of their memory (no copy on the CPU), weights
-and unmutated buffers only when their storage changed (they are persistent inputs), and outputs
-come back as torch tensors of torch's dtype on the caller's device.
+Per call, dims are solved from the tensor shapes and SymInt arguments (one plan for every length).
+Then one of two paths:
 
-CUDA (designed, not tested here): with CUDA tensors, the CUDA runtime should bind persistent inputs
-by device pointer (`tensors.device_pointer`) instead of uploading host copies; until
-`CompiledModel` offers that binding (see docs/torch.md, "CUDA"), device tensors go through the host.
+* **Host** (the reference backend, or CPU tensors): tensors are handed to the runtime as numpy
+  views of their memory (no copy on the CPU); weights and unmutated buffers only when their
+  storage changed (they are persistent inputs); mutated inputs (state) are fed every call and
+  their new value is copied back into the torch tensor; outputs come back as torch tensors of
+  torch's dtype on the caller's device.
+* **Device** (the cuda backend with CUDA tensors; `luminal/torch/device.py`): weights, buffers and
+  state are bound once by their device address (`CompiledModel.bind_device`, no copy), rebound only
+  when a tensor's storage changes; state (a KV cache) is updated by the plan in that memory, in
+  place; per-call tensors go in as device addresses (copied device-to-device into the runtime's
+  own buffers) and outputs are written device-to-device into torch tensors allocated here. Nothing
+  goes through the host but the runtime's dims record.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import torch
 
 from luminal.errors import InputError
+from luminal.torch.device import StreamOrder, device_array
 from luminal.torch.symbolic import solve_dims
 from luminal.torch.tensors import from_numpy, to_numpy
 from luminal.torch.translate import Translation
@@ -24,6 +31,10 @@ from luminal.torch.translate import Translation
 log = logging.getLogger(__name__)
 
 COUNTERS = {"compiles": 0, "fallbacks": 0, "runs": 0}
+
+# torch device types whose memory a device-binding runtime (cuda) addresses directly; the CPU
+# tests add "cpu" for the fake driver (tests/torch/test_device.py)
+DEVICE_TYPES: tuple[str, ...] = ("cuda",)
 
 
 class Program:
@@ -33,9 +44,15 @@ class Program:
         self.inputs, self.outputs = tr.inputs, tr.outputs
         self.ranges = tr.ranges
         self.aten_ops = tr.aten_ops
+        self.state = dict(tr.state)  # mutated input name -> placeholder index
         self.model = tr.graph.compile(backend, **options)
         self._bound: dict[str, tuple] = {}
+        self._all_constants = dict(tr.constants)
         self._constants = dict(tr.constants)  # persistent, fed on the first call (outside any fake mode)
+        self._device_constants: dict[str, torch.Tensor] | None = None  # on the device, made once
+        self._device_bound: dict[str, tuple[tuple, torch.Tensor]] = {}  # name -> (key, tensor kept alive)
+        self._order: StreamOrder | None = None
+        self._device_capable = self.model.binds_device
         COUNTERS["compiles"] += 1
 
     @property
@@ -45,7 +62,7 @@ class Program:
     def __call__(self, *args) -> list:
         if len(args) != len(self.inputs):
             raise InputError(f"the compiled graph takes {len(self.inputs)} inputs, got {len(args)}")
-        feed, pairs, device = {}, [], None
+        pairs, device = [], None
         for spec, a in zip(self.inputs, args, strict=True):
             if spec.kind == "sym":
                 pairs.append((spec.expr, int(a)))
@@ -55,25 +72,24 @@ class Program:
                 if device is None and not spec.persistent:
                     device = a.device
                 pairs.extend((e, int(n)) for e, n in zip(spec.shape, a.shape, strict=True))
-                if spec.persistent and a.is_contiguous():
-                    key = (a.data_ptr(), a.dtype, tuple(a.shape))
-                    if self._bound.get(spec.name) == key:
-                        continue  # bound earlier, same storage: the runtime still holds the view
-                    self._bound[spec.name] = key
-                feed[spec.name] = to_numpy(a)
-        feed.update({n: to_numpy(t) for n, t in self._constants.items()})
         dims = solve_dims(pairs)
         for d, (lo, hi) in self.ranges.items():
             if d in dims and (dims[d] < lo or (hi is not None and dims[d] > hi)):
                 raise InputError(f"dim {d} = {dims[d]} is outside the compiled range [{lo}, {hi}]")
-        outs = self.model.run(feed, dims=dims)
-        self._constants = {}
+        tensors = [a for s, a in zip(self.inputs, args, strict=True) if s.kind == "tensor"]
+        device = device or (tensors[0].device if tensors else torch.device("cpu"))
+        on_device = self._device_capable and all(t.device.type in DEVICE_TYPES for t in tensors)
+        if on_device:
+            outs = self._run_device(args, dims, device)
+        else:
+            outs = self._run_host(args, dims, device)
         COUNTERS["runs"] += 1
-        device = device or torch.device("cpu")
         result = []
         for spec in self.outputs:
             if spec.kind == "tensor":
-                result.append(from_numpy(outs[spec.name], spec.dtype, device))
+                result.append(outs[spec.name])
+            elif spec.kind == "input":
+                result.append(args[spec.index])
             elif spec.kind == "sym":
                 result.append(int(spec.expr.evaluate(dims)))
             elif spec.kind == "const":
@@ -81,3 +97,76 @@ class Program:
             else:
                 result.append(None)
         return result
+
+    # -- host path: numpy views, state copied back ---------------------------------------------
+    def _run_host(self, args, dims: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+        feed = {}
+        for spec, a in zip(self.inputs, args, strict=True):
+            if spec.kind != "tensor":
+                continue
+            if spec.persistent and not spec.state and a.is_contiguous():
+                key = (a.data_ptr(), a.dtype, tuple(a.shape))
+                if self._bound.get(spec.name) == key:
+                    continue  # bound earlier, same storage: the runtime still holds the view
+                self._bound[spec.name] = key
+            feed[spec.name] = to_numpy(a)
+        feed.update({n: to_numpy(t) for n, t in self._constants.items()})
+        self._device_bound.clear()  # the runtime now holds host copies (a later device call rebinds)
+        outs = self.model.run(feed, dims=dims)
+        self._constants = {}
+        result = {}
+        for spec in self.outputs:
+            if spec.kind == "tensor":
+                result[spec.name] = from_numpy(outs[spec.name], spec.dtype, device)
+        with torch.no_grad():
+            for name, i in self.state.items():  # the new value of a mutated input, into its memory
+                t = args[i]
+                t.copy_(from_numpy(outs[name], t.dtype, t.device).reshape(t.shape))
+        return result
+
+    # -- device path: bound by address, state in place, outputs written into torch tensors --------
+    def _run_device(self, args, dims: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+        if self._order is None:
+            self._order = StreamOrder(self.model.device_stream, device)
+        if self._device_constants is None:
+            self._device_constants = {n: t.to(device).contiguous() for n, t in self._all_constants.items()}
+        for name, t in self._device_constants.items():
+            self._bind_device(name, t)
+        self._bound.clear()  # a later host call feeds the host views again
+        self._constants = dict(self._all_constants)
+        feed = {}
+        for spec, a in zip(self.inputs, args, strict=True):
+            if spec.kind != "tensor":
+                continue
+            if spec.persistent:
+                self._bind_device(spec.name, a, state=spec.state)
+            else:
+                t = a.detach().contiguous()
+                self._order.reads(t)  # not reused by torch before the runtime's stream has read it
+                feed[spec.name] = device_array(t)
+        result, into = {}, {}
+        for spec in self.outputs:
+            if spec.kind == "tensor":
+                shape = tuple(int(e.evaluate(dims)) for e in spec.shape)
+                result[spec.name] = t = torch.empty(shape, dtype=spec.dtype, device=device)
+                into[spec.name] = device_array(t)
+        with self._order:
+            self.model.run(feed, dims=dims, fetch=(), into=into)
+        return result
+
+    def _bind_device(self, name: str, t: torch.Tensor, state: bool = False) -> None:
+        """Bind `name` to `t`'s device memory, once per storage (the tensor is kept alive here)."""
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), t.is_contiguous())
+        have = self._device_bound.get(name)
+        if have is not None and have[0] == key:  # same storage (the bound tensor is kept alive here)
+            return
+        if not t.is_contiguous():
+            if state:
+                raise InputError(
+                    f"input {name!r} is updated in place but is not contiguous (strides {t.stride()}): "
+                    "luminal binds state by its device address"
+                )
+            t = t.contiguous()  # a weight stored strided: one contiguous copy, bound and kept
+            log.info("luminal: %s is not contiguous; bound a contiguous copy", name)
+        self.model.bind_device(name, device_array(t))
+        self._device_bound[name] = (key, t)

@@ -2,8 +2,8 @@
 
 CPU tensors become numpy arrays over the same memory (bf16 and fp8 through ml_dtypes views of the
 same bytes, since numpy has no such dtypes); nothing is copied unless the tensor is not contiguous.
-CUDA tensors are reached through DLPack (see `device_pointer`), for the CUDA runtime's device-resident
-binding.
+CUDA tensors are not converted here: the CUDA runtime addresses their memory directly
+(luminal/torch/device.py).
 """
 
 from __future__ import annotations
@@ -69,13 +69,3 @@ def from_numpy(a: np.ndarray, dtype: torch.dtype, device: torch.device | None = 
     if device is not None and device.type != "cpu":
         t = t.to(device)
     return t
-
-
-def device_pointer(t: torch.Tensor) -> int:
-    """The device address of a contiguous CUDA tensor, for the CUDA runtime's device-resident binding.
-
-    UNTESTED ON A GPU HERE (docs/torch.md, "CUDA"). The caller keeps `t` alive while it is bound.
-    """
-    if t.device.type != "cuda" or not t.is_contiguous():
-        raise DTypeError(f"device_pointer needs a contiguous CUDA tensor, got one on {t.device}")
-    return int(t.data_ptr())

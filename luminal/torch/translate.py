@@ -6,6 +6,11 @@ placeholders are weights, buffers, user tensors and SymInts. Placeholders become
 (weights and unmutated buffers persistent), SymInts become dims, each op goes through its handler
 (luminal/torch/registry.py), and every result is checked against torch's own metadata for the
 node (rank, sizes, dtype) so a handler bug is a CompileError here, not a wrong number later.
+
+Input mutations (a KV cache's `index_copy_`, kept in the graph by AOTAutograd as a final
+`copy_(input, new_value)`; torch.export's BUFFER_MUTATION outputs) become luminal *state*: the input
+is persistent and `new_value` is an output named like it, so the runtime updates the bound memory
+itself -- in place when the plan's scatter writes into the input (docs/engine.md, "State").
 """
 
 from __future__ import annotations
@@ -43,17 +48,21 @@ class InputSpec:
     persistent: bool = False
     expr: Expression | None = None
     shape: tuple[Expression, ...] = ()
+    state: bool = False  # mutated: the output of the same name is its next value
+    dtype: torch.dtype | None = None
 
 
 @dataclass
 class OutputSpec:
     """One graph output: a luminal output `name` of torch dtype `dtype`, a symbolic int, or None."""
 
-    kind: str  # "tensor" | "sym" | "none" | "const"
+    kind: str  # "tensor" | "sym" | "none" | "const" | "input" (the mutated input `index`, updated)
     name: str | None = None
     dtype: torch.dtype | None = None
     expr: Expression | None = None
     value: object = None
+    shape: tuple[Expression, ...] = ()
+    index: int = -1
 
 
 @dataclass
@@ -64,6 +73,7 @@ class Translation:
     ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # dim -> (min, max)
     aten_ops: set[str] = field(default_factory=set)  # the ATen overloads this graph used
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr tensors, bound persistent
+    state: dict[str, int] = field(default_factory=dict)  # mutated input name -> its placeholder index
 
 
 def where_from(node: torch.fx.Node) -> str:
@@ -158,11 +168,18 @@ class Call:
 class Translator:
     """Walks one FX graph. `input_kinds[i]` says how placeholder i is bound (see InputSpec)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None):
+    def __init__(self, gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None,
+                 state_outputs: dict[int, int] | None = None):  # fmt: skip
         self.gm = gm
         self.g = lm.Graph()
-        self.persistent = persistent or set()
         self.names = names
+        places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # mutated inputs: copy_(placeholder, value) nodes, and outputs the caller says update one
+        self.copies = {n: places.index(n.args[0]) for n in gm.graph.nodes if _is_input_copy(n)}
+        self.state_outputs = dict(state_outputs or {})
+        self.mutated = set(self.copies.values()) | set(self.state_outputs.values())
+        self.persistent = set(persistent or ()) | self.mutated
+        self.state: dict[int, object] = {}  # placeholder index -> its next value (a GraphTensor)
         self.env: dict[torch.fx.Node, object] = {}
         self.inputs: list[InputSpec] = []
         self.outputs: list[OutputSpec] = []
@@ -189,7 +206,13 @@ class Translator:
                 if isinstance(e, UnsupportedOpError) or "(node " in str(e):
                     raise
                 raise type(e)(f"{e} (ATen {node.target}, node {node.name}, at {where_from(node)})") from e
-        return Translation(self.g, self.inputs, self.outputs, aten_ops=self.used, constants=self.constants)
+        names = {}
+        for i, value in self.state.items():  # state: an output named like the input is its next value
+            name = self.inputs[i].name
+            value.output(name)
+            names[name] = i
+        return Translation(self.g, self.inputs, self.outputs, aten_ops=self.used, constants=self.constants,
+                           state=names)  # fmt: skip
 
     # -- placeholders and constants ---------------------------------------------------------------
     def _placeholder(self, node: torch.fx.Node, i: int):
@@ -204,7 +227,8 @@ class Translator:
             t = self.g.tensor(name, shape, lm_dtype(val.dtype))
             if i in self.persistent:
                 t.persist()
-            self.inputs.append(InputSpec("tensor", name, i in self.persistent, shape=shape))
+            keep = i in self.persistent
+            self.inputs.append(InputSpec("tensor", name, keep, shape=shape, state=i in self.mutated, dtype=val.dtype))
             return t
         self.inputs.append(InputSpec("const"))
         return val
@@ -251,6 +275,14 @@ class Translator:
             return to_expr(val)
         if name in registry.IGNORED:
             return None
+        if node in self.copies:  # copy_(input, value): the input's next value (state), in the input's dtype
+            i = self.copies[node]
+            if i in self.state:
+                raise UnsupportedOpError(f"input {self.inputs[i].name!r} is mutated twice (at {where_from(node)})")
+            c = Call(node, self.g)
+            out = self._check(c, self.handlers["aten.copy.default"].fn(c, *self._value(tuple(node.args))), val)
+            self.state[i] = out
+            return out
         h = self.handlers.get(name)
         if h is None:
             raise UnsupportedOpError(
@@ -287,18 +319,37 @@ class Translator:
             v = self._value(a)
             if isinstance(v, Missing):
                 _ = v.dtype  # raises: an untranslated output is returned
-            if v is None:
+            if k in self.state_outputs or a in self.copies:  # the mutated input itself, updated
+                i = self.state_outputs[k] if k in self.state_outputs else self.copies[a]
+                if i in self.state and self.state[i] is not v:
+                    raise UnsupportedOpError(f"input {self.inputs[i].name!r} is mutated twice")
+                self.state[i] = v
+                self.outputs.append(OutputSpec("input", index=i))
+            elif v is None:
                 self.outputs.append(OutputSpec("none"))
             elif isinstance(v, lm.GraphTensor):
                 name = f"out{k}"
                 v.output(name)
-                self.outputs.append(OutputSpec("tensor", name, dtype=_meta(a).dtype))
+                shape = tuple(to_expr(d) for d in _meta(a).shape)
+                self.outputs.append(OutputSpec("tensor", name, dtype=_meta(a).dtype, shape=shape))
             elif isinstance(v, Expression):
                 self.outputs.append(OutputSpec("sym", expr=v))
             else:
                 self.outputs.append(OutputSpec("const", value=v))
 
 
-def translate(gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None):
-    """Translate `gm` (ATen ops) into a luminal Graph plus the binding specs the runtime needs."""
-    return Translator(gm, persistent, names).run()
+def _is_input_copy(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and isinstance(node.args[0], torch.fx.Node)
+        and node.args[0].op == "placeholder"
+    )
+
+
+def translate(gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None,
+              state_outputs: dict[int, int] | None = None) -> Translation:  # fmt: skip
+    """Translate `gm` (ATen ops) into a luminal Graph plus the binding specs the runtime needs.
+    `persistent`: placeholder indices bound once; `state_outputs`: graph output k is the next value
+    of placeholder i (torch.export's buffer mutations; AOTAutograd's `copy_` nodes are found here)."""
+    return Translator(gm, persistent, names, state_outputs).run()

@@ -1,5 +1,7 @@
-"""The torch frontend on the CUDA backend (GPU machine only): CUDA tensors in, CUDA tensors out, and
-the same numbers as eager torch; run with `pytest tests/torch/test_cuda.py` on the H200."""
+"""The torch frontend on the CUDA backend (GPU machine only): CUDA tensors in, CUDA tensors out, the
+same numbers as eager torch, and the device path's promises on a StaticCache decode loop -- weights
+and caches bound by address, the cache updated in place in torch's own tensors, nothing read back
+per step, one CUDA-graph build. Run with `pytest tests/torch/test_cuda.py -m cuda` on the H200."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 import luminal.torch as lt  # noqa: E402
 from tests.torch.test_hf import LM, _decode  # noqa: E402
+from tests.torch.util import decode_program, expected_step_bytes, record_programs, state_in_place  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -22,20 +25,53 @@ def fresh_dynamo():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_llama_decode_on_cuda(dtype):
+def test_llama_decode_on_cuda(dtype, monkeypatch):
+    programs = record_programs(monkeypatch)
     torch.manual_seed(0)
     m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LM)).to("cuda", dtype).eval()
     fast = torch.compile(m, backend="luminal", dynamic=True, options={"backend": "cuda"})
     before = lt.counters["compiles"]
     tol = 1e-4 if dtype == torch.float32 else 3e-2
+    steps = 6
     with torch.no_grad():
         for n in (5, 7):
             ids = torch.randint(0, LM["vocab_size"], (1, n), device="cuda")
-            got, got_cache = _decode(fast, m.config, ids, steps=4)
-            want, want_cache = _decode(m, m.config, ids, steps=4)
+            got, got_cache = _decode(fast, m.config, ids, steps=steps)
+            want, want_cache = _decode(m, m.config, ids, steps=steps)
             for g, w in zip(got, want, strict=True):
                 assert g.device.type == "cuda" and g.dtype == w.dtype
                 torch.testing.assert_close(g, w, rtol=tol, atol=tol)
             for lg, lw in zip(got_cache.layers, want_cache.layers, strict=True):
                 torch.testing.assert_close(lg.keys, lw.keys, rtol=tol, atol=tol)
+                torch.testing.assert_close(lg.values, lw.values, rtol=tol, atol=tol)
     assert lt.counters["compiles"] - before == 2
+
+    dec = decode_program(programs)
+    rt = dec.model.stats["runtime"]
+    assert rt["runs"] == 2 * steps
+    # one graph per cache object (two prompts: two StaticCaches, new addresses), none per token
+    assert rt["graph_builds"] == 2 and rt["graph_patches"] == 0
+    # the caches are torch's tensors, written in place by the plan
+    caches = {s.name for s in dec.inputs if s.state and len(s.shape) == 4}
+    assert len(caches) == 2 * LM["num_hidden_layers"] and caches <= state_in_place(dec)
+    res = dec.model._plans[0][1].resident
+    ptrs = {t.data_ptr() for layer in got_cache.layers for t in (layer.keys, layer.values)}
+    assert {res.bufs[n].ptr for n in caches} == ptrs
+    # a decode step: the dims record up, nothing down, no cache bytes on the device
+    want = expected_step_bytes(dec)
+    assert {k: rt[k] for k in want} == want
+
+
+def test_decode_runs_on_a_side_stream():
+    """Ordering against torch's *current* stream: the same loop on a non-default stream."""
+    torch.manual_seed(0)
+    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LM)).to("cuda").eval()
+    fast = torch.compile(m, backend="luminal", dynamic=True, options={"backend": "cuda"})
+    ids = torch.randint(0, LM["vocab_size"], (1, 6), device="cuda")
+    side = torch.cuda.Stream()
+    with torch.no_grad(), torch.cuda.stream(side):
+        got, _ = _decode(fast, m.config, ids, steps=8)
+        want, _ = _decode(m, m.config, ids, steps=8)
+    torch.cuda.synchronize()
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

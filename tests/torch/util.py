@@ -63,3 +63,54 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, scale: float 
 
 
 __all__ = ["trace", "compile_fn", "assert_close", "lm"]
+
+
+# -- the device path (tests/torch/test_device.py on the fake driver, test_cuda.py on a GPU) -------
+def record_programs(monkeypatch) -> list:
+    """Every Program the `torch.compile` backend builds from now on, in order."""
+    from luminal.torch import dynamo, program
+
+    programs: list = []
+
+    class Recorded(program.Program):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            programs.append(self)
+
+    monkeypatch.setattr(dynamo, "Program", Recorded)
+    return programs
+
+
+def decode_program(programs):
+    """The decode graph's Program: its per-call tensors have static sizes of 1 (one token)."""
+
+    def one_token(p) -> bool:
+        per_call = [s for s in p.inputs if s.kind == "tensor" and not s.persistent]
+        return bool(per_call) and all(e.is_num and int(e) == 1 for s in per_call for e in s.shape)
+
+    (p,) = [p for p in programs if one_token(p)]
+    return p
+
+
+def nbytes(spec, env: dict | None = None) -> int:
+    n = 1
+    for e in spec.shape:
+        n *= int(e.evaluate(env or {}))
+    return n * spec.dtype.itemsize
+
+
+def expected_step_bytes(p) -> dict[str, int]:
+    """What one decode step of Program `p` may move: up, the runtime's dims record only; down,
+    nothing; on the device, the per-call tensors (token, position), the outputs (logits) and the
+    state that is not a KV cache (a 0-d position counter, copied: other nodes read it). No cache."""
+    ex = p.model._plans[0][1]
+    per_call = sum(nbytes(s) for s in p.inputs if s.kind == "tensor" and not s.persistent)
+    outs = sum(nbytes(s) for s in p.outputs if s.kind == "tensor")
+    small_state = sum(nbytes(s) for s in p.inputs if s.state and not s.shape)
+    return {"h2d_bytes": 8 * (len(ex.slots) + 2), "d2h_bytes": 0, "d2d_bytes": per_call + outs + small_state}
+
+
+def state_in_place(p) -> set[str]:
+    """The state inputs of `p`'s plan that its in-place scatter updates (no copy after the run)."""
+    plan = p.model.plans[0]
+    return {plan.nodes[n.inputs[0]].op.label for n in plan.nodes if getattr(n.op, "inplace", False)}

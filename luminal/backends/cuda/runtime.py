@@ -107,6 +107,14 @@ class Step:
     host: HostOp | None = None
 
 
+@dataclass(frozen=True)
+class External:
+    """Device memory a persistent input is bound to that the caller owns (`bind_device`): not freed here."""
+
+    ptr: int
+    nbytes: int
+
+
 class Resident:
     """Device buffers of persistent inputs (weights, KV caches), shared by the plans of one model.
 
@@ -124,7 +132,7 @@ class Resident:
     def bind(self, label: str, arr: np.ndarray, dev) -> None:
         flat = np.ascontiguousarray(arr).reshape(-1)
         buf = self.bufs.get(label)
-        if buf is None or buf.nbytes < flat.nbytes:
+        if buf is None or isinstance(buf, External) or buf.nbytes < flat.nbytes:  # never write caller memory
             dev.synchronize()  # queued work may still read the old buffer
             self.bufs[label] = buf = None
             self.bufs[label] = buf = driver.DeviceBuffer(flat.nbytes)
@@ -133,6 +141,16 @@ class Resident:
         self.nbytes[label] = flat.nbytes
         self.src[label] = id(arr)
         self.bytes_bound += flat.nbytes
+
+    def bind_device(self, label: str, ptr: int, nbytes: int) -> None:
+        """Use caller-owned device memory at `ptr` for `label` (no allocation, no copy); the caller
+        keeps it alive. A later `bind` of the label allocates a buffer of its own again."""
+        buf = self.bufs.get(label)
+        if buf is None or buf.ptr != ptr or buf.nbytes != nbytes:
+            self.bufs[label] = External(int(ptr), int(nbytes))
+            self.version += 1
+        self.nbytes[label] = int(nbytes)
+        self.src.pop(label, None)
 
     def forget_sources(self) -> None:
         """The device copies no longer hold what was uploaded (profiling filled them with ones)."""
@@ -228,8 +246,9 @@ class CudaExecutor:
 
     # -- public -----------------------------------------------------------------------------------
     def run(self, feed: Mapping[str, np.ndarray], env: Mapping[str, int],
-            fetch: Sequence[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-        """Run the plan; copy back the outputs in `fetch` (default: all). The others stay on the
+            fetch: Sequence[str] | None = None, into: Mapping | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Run the plan; copy back the outputs in `fetch` (default: all), and copy the outputs in
+        `into` (label -> DeviceArray) device-to-device into caller memory. The others stay on the
         device until the next run (`sample` reads from them). Gather range errors are reported when
         something is read back (here, or by the next `sample`)."""
         self.stats["h2d_bytes"] = self.stats["d2h_bytes"] = self.stats["d2d_bytes"] = 0
@@ -250,6 +269,11 @@ class CudaExecutor:
                     )
                 driver.dtod(self._ptrs[inp], self._ptrs[src], nbytes, self.dev.stream)
                 self.stats["d2d_bytes"] += nbytes
+        for label, dst in (into or {}).items():  # outputs into caller-owned device memory
+            s = self.outputs[label]
+            nbytes = min(self._bytes(s), dst.nbytes)
+            driver.dtod(dst.ptr, self._ptrs[s], nbytes, self.dev.stream)
+            self.stats["d2d_bytes"] += nbytes
         labels = list(self.outputs) if fetch is None else list(fetch)
         out = {}
         for label in labels:
@@ -294,6 +318,12 @@ class CudaExecutor:
         before = self.resident.bytes_bound
         self.resident.bind(label, arr, self.dev)
         self._count("h2d", self.resident.bytes_bound - before)
+
+    def bind_device(self, label: str, ptr: int, nbytes: int) -> None:
+        """Persistent input `label` lives at caller-owned device address `ptr` (nothing moves)."""
+        if label not in self.persistent:
+            raise InputError(f"bind_device({label!r}): only persistent inputs are bound (mark it .persist())")
+        self.resident.bind_device(label, ptr, nbytes)
 
     def sample(self, label: str, rows: int, cols: int, sampler, position: int) -> np.ndarray:
         """Token ids (rows,) drawn on the device from output `label` of the last run, read as
@@ -455,6 +485,8 @@ class CudaExecutor:
     def _place_input(self, label: str, i: int, feed: Mapping[str, np.ndarray]) -> bool:
         if label not in feed:
             raise InputError(f"missing input {label!r}")
+        if hasattr(feed[label], "ptr"):  # a DeviceArray (luminal/compiled.py): copied on the device
+            return self._place_device_input(label, i, feed[label])
         arr = np.ascontiguousarray(feed[label]).reshape(-1)
         self._check_dtype(label, i, arr)
         buf = self._in_bufs.get(label)
@@ -474,6 +506,24 @@ class CudaExecutor:
                 return moved  # the device copy already holds these bytes (e.g. decode's rows = [0])
             self._small[label] = raw
         self._h2d(buf.ptr, arr)
+        return moved
+
+    def _place_device_input(self, label: str, i: int, arr) -> bool:
+        """A per-run input in caller device memory: copied device-to-device into this plan's own
+        buffer (a stable address for the CUDA graph), on the runtime's stream."""
+        self._check_dtype(label, i, arr)
+        buf, moved = self._in_bufs.get(label), False
+        if buf is None or buf.nbytes < arr.nbytes:
+            cap = arr.nbytes if buf is None else int(arr.nbytes * GROWTH)
+            self.dev.synchronize()
+            self._in_bufs[label] = buf = None
+            self._in_bufs[label] = buf = driver.DeviceBuffer(cap)
+            moved = True
+        self._small.pop(label, None)
+        self._ptrs[i] = buf.ptr
+        self._in_nbytes[i] = arr.nbytes
+        driver.dtod(buf.ptr, arr.ptr, arr.nbytes, self.dev.stream)
+        self.stats["d2d_bytes"] += arr.nbytes
         return moved
 
     def _check_dtype(self, label: str, i: int, arr: np.ndarray) -> None:

@@ -30,6 +30,7 @@ class _Advanced:
     def __init__(self, c, x, indices):
         idx = list(indices) + [None] * (x.ndim - len(indices))
         self.axes = [k for k, i in enumerate(idx) if i is not None]
+        self.index = idx[self.axes[0]] if len(self.axes) == 1 else None
         self.rest = [k for k in range(x.ndim) if k not in self.axes]
         if any(idx[k].dtype == DType.bool for k in self.axes):
             raise c.unsupported("boolean-mask indexing has a data-dependent shape")
@@ -62,6 +63,10 @@ class _Advanced:
 
     def put(self, c, x, values, accumulate: bool):
         vals = c.tensor(values, x.dtype).expand(*self.result_shape())
+        if not accumulate and self.index is not None:
+            # one indexed axis (a KV-cache write, `cache[:, :, pos] = kv`): a Scatter straight into x's
+            # own layout, no permuted copy, so a write into a state input can be in place (buffer_reuse)
+            return x.scatter(self.index, vals, axis=self.axes[0])
         inv = [self.perm.index(k) for k in range(len(self.perm))]
         if inv != sorted(inv):
             vals = vals.permute(*inv)  # (*B, *rest)
