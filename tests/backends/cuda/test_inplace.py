@@ -31,7 +31,6 @@ SLOTS = {"p": 0, "r": 1, "s": 2, "!error": 3}
 _CTYPE = {lm.f32: "float", lm.bf16: "__nv_bfloat16", lm.i32: "int"}
 _EXTRA = r"""
 #include <atomic>
-thread_local dim3 gridDim;
 static inline unsigned atomicMax(unsigned* p, unsigned v) {
   std::atomic_ref<unsigned> a(*p); unsigned o = a.load();
   while (o < v && !a.compare_exchange_weak(o, v)) {}
@@ -41,10 +40,11 @@ static inline unsigned atomicMax(unsigned* p, unsigned v) {
 _RUN = r"""
 extern "C" void run_{name}(void** a, const long long* dims, unsigned* win, int grid, int block) {{
   std::barrier<> bar(block); block_bar = &bar;
+  gridDim.x = grid;  // the shim's one gridDim, shared by the threads
   std::vector<std::thread> ts;
   for (int t = 0; t < block; ++t)
     ts.emplace_back([=, &bar] {{
-      threadIdx.x = t; gridDim.x = grid;
+      threadIdx.x = t;
       for (int b = 0; b < grid; ++b) {{ blockIdx.x = b; {name}({args}dims{win}); bar.arrive_and_wait(); }}
     }});
   for (auto& t : ts) t.join();
