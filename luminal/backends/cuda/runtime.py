@@ -57,12 +57,16 @@ def log_profile(table: str) -> None:
 
 
 def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
-    """Modules for every kernel; the ones not loaded yet are compiled together in one program."""
-    missing = list({k.code: k for k in kernels if k.code not in _MODULES}.values())
+    """Modules for every kernel. The ones not loaded yet come from NVRTC's per-kernel index (compiled
+    before, in any batch, by any process) or are compiled, split into one program per CPU."""
+    missing = {k.code: k for k in kernels if k.code not in _MODULES}
     if missing:
-        mod = driver.Module(nvrtc.compile_cubin(source(missing)))
-        for k in missing:
-            _MODULES[k.code] = mod
+        images = nvrtc.compile_units(list(missing), lambda codes: source([missing[c] for c in codes]))
+        modules: dict[int, driver.Module] = {}  # one module per image (a program holds several kernels)
+        for code, image in images.items():
+            if id(image) not in modules:
+                modules[id(image)] = driver.Module(image)
+            _MODULES[code] = modules[id(image)]
     return {k.code: _MODULES[k.code] for k in kernels}
 
 

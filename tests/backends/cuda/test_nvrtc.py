@@ -62,3 +62,30 @@ def test_groups_are_balanced_and_keep_order():
     assert sorted(sum(map(len, g)) for g in groups) == [60, 60]
     assert all(g == sorted(g, key=codes.index) for g in groups)
     assert nvrtc._groups(codes, 8) == [[c] for c in sorted(codes, key=len, reverse=True)]
+
+
+def test_runtime_loads_one_module_per_image_through_the_index(tmp_path, monkeypatch):
+    """runtime.load_kernels compiles through compile_units: kernels of one program share a module, a
+    kernel loaded before is not compiled or loaded again, and a new batch compiles only what is new."""
+    from luminal.backends.cuda import runtime
+    from luminal.backends.cuda.kernel import Kernel, Launch
+
+    loaded: list[bytes] = []
+
+    class StubModule:
+        def __init__(self, image: bytes):
+            loaded.append(image)
+            self.image = image
+
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_NVRTC_THREADS", "1")
+    monkeypatch.setattr(runtime.driver, "Module", StubModule)
+    monkeypatch.setattr(runtime, "_MODULES", {})
+    nvrtc.clear_memory_cache()
+    ks = [Kernel(_kernel(n), (Launch(n, 1, 32),), frozenset()) for n in ("rt_a", "rt_bb", "rt_ccc")]
+    k0 = nvrtc.STATS["kernels"]
+    mods = runtime.load_kernels(ks[:2])
+    assert len(loaded) == 1 and mods[ks[0].code] is mods[ks[1].code] and b"rt_bb" in loaded[0]
+    again = runtime.load_kernels(ks)  # a and bb are loaded: only ccc is compiled, in a module of its own
+    assert nvrtc.STATS["kernels"] == k0 + 3 and len(loaded) == 2 and b"rt_ccc" in loaded[1]
+    assert again[ks[0].code] is mods[ks[0].code] and again[ks[2].code] is not mods[ks[0].code]
