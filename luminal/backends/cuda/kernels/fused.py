@@ -53,6 +53,29 @@ def arg_dtype(op: Op, k: int) -> DType:
     raise BackendError(f"{type(op).__name__} cannot be computed inside a fused kernel")
 
 
+def leaf_dtypes(nodes, n: int, known: dict[int, DType] | None = None) -> tuple[DType, ...]:
+    """The dtypes of leaves 0..n-1 of fused bodies, each from the op that reads it (`known` first)."""
+    out = dict(known or {})
+    for node in nodes:
+        for k, a in enumerate(node.args):
+            if isinstance(a, FLeaf):
+                out.setdefault(a.index, arg_dtype(node.op, k))
+    return tuple(out[i] for i in range(n))
+
+
+def leaf_reads(nodes, offset: int = 0) -> tuple:
+    """(input position = offset + leaf index, shape, strides) of every read of a leaf by a node."""
+    return tuple((offset + a.index, *n.op.input_views()[k]) for n in nodes
+                 for k, a in enumerate(n.args) if isinstance(a, FLeaf))  # fmt: skip
+
+
+def evaluate_body(root: FNode, ins, in_dtypes, env):
+    """A fused body's value as its CUDA code computes it: 16/8-bit values held in f32 between nodes,
+    the operands of ops that observe the last bit (%, <, casts) rounded (docs/numerics.md)."""
+    return fexpr.evaluate(root.op, root.args, list(ins), tuple(in_dtypes), env, hold=wide,
+                          exact=lambda op: op.exact_operands)  # fmt: skip
+
+
 def group_size(lengths: list[Expression]) -> int:
     """Threads per row: the longest loop a row runs (symbolic: assume long)."""
     if any(not n.is_num for n in lengths):
@@ -76,12 +99,7 @@ class KernelFused(KernelOp):
 
     def in_dtypes(self) -> tuple[DType, ...]:
         """Each input's dtype, from the op that reads it."""
-        out: dict[int, DType] = {}
-        for n in self.nodes():
-            for k, a in enumerate(n.args):
-                if isinstance(a, FLeaf):
-                    out.setdefault(a.index, arg_dtype(n.op, k))
-        return tuple(out[i] for i in range(self.n_inputs))
+        return leaf_dtypes(self.nodes(), self.n_inputs)
 
     def out_dtype(self, in_dtypes):
         dts = fexpr.dtypes(self.args, tuple(in_dtypes))
@@ -94,16 +112,14 @@ class KernelFused(KernelOp):
         return frozenset().union(*(n.op.dim_names() for n in self.nodes()))
 
     def reference(self, ins, in_dtypes, env):
-        return fexpr.evaluate(self.root, self.args, ins, tuple(in_dtypes), env, hold=wide,
-                              exact=lambda op: op.exact_operands)  # fmt: skip
+        return evaluate_body(FNode(self.root, self.args), ins, in_dtypes, env)
 
     def input_views(self):
         raise BackendError("KernelFused reads an input through several views: use input_reads()")
 
     def input_reads(self):
         """(input position, shape, strides) of every read of an input by a node of the body."""
-        return tuple((a.index, *n.op.input_views()[k]) for n in self.nodes()
-                     for k, a in enumerate(n.args) if isinstance(a, FLeaf))  # fmt: skip
+        return leaf_reads(self.nodes())
 
     # -- code -----------------------------------------------------------------------------------------
     def render(self, slots) -> Kernel:

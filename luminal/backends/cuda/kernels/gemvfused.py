@@ -42,7 +42,7 @@ from luminal.backends.cuda.kernel import (
     store,
 )
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, row_code, row_coords
+from luminal.backends.cuda.kernels.fused import leaf_dtypes, row_code, row_coords
 from luminal.backends.cuda.kernels.gemv import _DOT, GemvSource, GemvVariant, check_gemv, gemv_code, gemv_grid, looped
 from luminal.dtype import DType
 from luminal.errors import BackendError
@@ -142,14 +142,8 @@ class KernelGemvFused(KernelOp):
 
     def leaf_dtypes(self) -> tuple[DType, ...]:
         """Each leaf's dtype, from the node that reads it (x itself when x is a leaf)."""
-        out: dict[int, DType] = {}
-        if self.x and isinstance(self.x[0], FLeaf):
-            out[self.x[0].index] = self.dtype
-        for n in self.nodes():
-            for j, a in enumerate(n.args):
-                if isinstance(a, FLeaf):
-                    out.setdefault(a.index, arg_dtype(n.op, j))
-        return tuple(out[i] for i in range(self.n_inputs - self.base))
+        known = {self.x[0].index: self.dtype} if self.x and isinstance(self.x[0], FLeaf) else {}
+        return leaf_dtypes(self.nodes(), self.n_inputs - self.base, known)
 
     def out_dtype(self, in_dtypes):
         if not self.epi:

@@ -39,12 +39,11 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
-from luminal.backends.cuda.kernels.emit import wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, element_values
+from luminal.backends.cuda.kernels.fused import element_values, evaluate_body, leaf_dtypes, leaf_reads
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Gather, Scatter, fexpr
-from luminal.hlir.fexpr import FArgs, FLeaf, FNode
+from luminal.hlir.fexpr import FArgs, FNode
 from luminal.hlir.op import EList
 from luminal.shape.expr import Expression, prod
 from luminal.shape.tracker import contiguous_strides
@@ -112,12 +111,7 @@ class KernelGatherFused(KernelOp):
         return list(fexpr.ops(self.index))
 
     def leaf_dtypes(self) -> tuple[DType, ...]:
-        out: dict[int, DType] = {}
-        for n in self.nodes():
-            for k, a in enumerate(n.args):
-                if isinstance(a, FLeaf):
-                    out.setdefault(a.index, arg_dtype(n.op, k))
-        return tuple(out[i] for i in range(self.n_inputs - 1))
+        return leaf_dtypes(self.nodes(), self.n_inputs - 1)
 
     def out_dtype(self, in_dtypes):
         return self.dtype
@@ -133,14 +127,11 @@ class KernelGatherFused(KernelOp):
         raise BackendError("KernelGatherFused reads its leaves through several views: use input_reads()")
 
     def input_reads(self):
-        return ((0, self.data_shape, self.data_strides),) + tuple(
-            (1 + a.index, *n.op.input_views()[k]) for n in self.nodes() for k, a in enumerate(n.args)
-            if isinstance(a, FLeaf))  # fmt: skip
+        return ((0, self.data_shape, self.data_strides), *leaf_reads(self.nodes(), 1))
 
     def reference(self, ins, in_dtypes, env):
         root = self.index[0]
-        idx = fexpr.evaluate(root.op, root.args, list(ins[1:]), tuple(in_dtypes[1:]), env, hold=wide,
-                             exact=lambda op: op.exact_operands)  # fmt: skip
+        idx = evaluate_body(root, ins[1:], in_dtypes[1:], env)
         flat = contiguous_strides(tuple(self.index_shape))
         hl = Gather(self.index_shape, flat, self.data_shape, self.data_strides)
         return hl.reference([np.asarray(idx, self.index_dtype.np), ins[0]], (self.index_dtype, in_dtypes[0]), env)

@@ -35,12 +35,11 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
-from luminal.backends.cuda.kernels.emit import wide
-from luminal.backends.cuda.kernels.fused import arg_dtype, element_values
+from luminal.backends.cuda.kernels.fused import element_values, evaluate_body, leaf_dtypes, leaf_reads
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Scatter, fexpr
-from luminal.hlir.fexpr import FArgs, FLeaf, FNode
+from luminal.hlir.fexpr import FArgs, FNode
 from luminal.hlir.op import EList
 from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, prod
 from luminal.shape.tracker import contiguous_strides
@@ -149,12 +148,7 @@ class KernelScatterFused(KernelOp):
         return list(fexpr.ops((*self.index, *self.src)))
 
     def leaf_dtypes(self) -> tuple[DType, ...]:
-        out: dict[int, DType] = {}
-        for n in self.nodes():
-            for k, a in enumerate(n.args):
-                if isinstance(a, FLeaf):
-                    out.setdefault(a.index, arg_dtype(n.op, k))
-        return tuple(out[i] for i in range(self.n_inputs - 1))
+        return leaf_dtypes(self.nodes(), self.n_inputs - 1)
 
     def out_dtype(self, in_dtypes):
         return self.dtype
@@ -173,14 +167,10 @@ class KernelScatterFused(KernelOp):
         raise BackendError("KernelScatterFused reads its leaves through several views: use input_reads()")
 
     def input_reads(self):
-        return ((0, self.dest_shape, self.dest_strides),) + tuple(
-            (1 + a.index, *n.op.input_views()[k]) for n in self.nodes() for k, a in enumerate(n.args)
-            if isinstance(a, FLeaf))  # fmt: skip
+        return ((0, self.dest_shape, self.dest_strides), *leaf_reads(self.nodes(), 1))
 
     def reference(self, ins, in_dtypes, env):
-        leaves, dts = list(ins[1:]), tuple(in_dtypes[1:])
-        idx, vals = (fexpr.evaluate(b[0].op, b[0].args, leaves, dts, env, hold=wide, exact=lambda op: op.exact_operands)
-                     for b in (self.index, self.src))  # fmt: skip
+        idx, vals = (evaluate_body(b[0], ins[1:], in_dtypes[1:], env) for b in (self.index, self.src))
         flat = contiguous_strides(tuple(self.index_shape))
         hl = Scatter(self.dest_shape, self.dest_strides, self.index_shape, flat, flat)
         arrays = [ins[0], np.asarray(idx, self.index_dtype.np), np.asarray(vals, self.dtype.np)]
