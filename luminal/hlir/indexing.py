@@ -19,6 +19,16 @@ from luminal.hlir.op import EList, Op, view
 from luminal.shape.expr import Expression, prod
 
 
+def scatter_into(out: np.ndarray, idx: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """Scatter's write into the flat `out`: out[idx[j]] = src[j], the last write of an index wins and
+    indexes outside [0, out.size) are dropped (docs/numerics.md)."""
+    keep = (idx >= 0) & (idx < out.size)
+    idx, src = idx[keep][::-1], src[keep][::-1]
+    idx, first = np.unique(idx, return_index=True)  # first in reversed order = last write
+    out[idx] = src[first]
+    return out
+
+
 @dataclass(frozen=True)
 class Gather(Op):
     index_shape: EList
@@ -64,8 +74,4 @@ class Scatter(Op):
         out = view(ins[0], self.dest_shape, self.dest_strides, env).reshape(-1).astype(in_dtypes[2].np, copy=True)
         idx = view(ins[1], self.index_shape, self.index_strides, env).reshape(-1).astype(np.int64)
         src = view(ins[2], self.index_shape, self.src_strides, env).reshape(-1)
-        keep = (idx >= 0) & (idx < out.size)
-        idx, src = idx[keep][::-1], src[keep][::-1]
-        idx, first = np.unique(idx, return_index=True)  # first in reversed order = last write
-        out[idx] = src[first]
-        return out
+        return scatter_into(out, idx, src)

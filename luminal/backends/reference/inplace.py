@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from luminal.hlir.indexing import Scatter
+from luminal.hlir.indexing import Scatter, scatter_into
 from luminal.hlir.op import EList, Op, view
 from luminal.shape.expr import ZERO, Expression, prod
 
@@ -44,8 +44,4 @@ class InplaceScatter(Op):
         out = ins[0][: int(self.out_size().evaluate(env))]  # the destination's own (writable) bytes
         idx = view(ins[1], self.index_shape, self.index_strides, env).reshape(-1).astype(np.int64)
         src = view(ins[2], self.index_shape, self.src_strides, env).reshape(-1)
-        keep = (idx >= 0) & (idx < out.size)
-        idx, src = idx[keep][::-1], src[keep][::-1]
-        idx, first = np.unique(idx, return_index=True)  # first in reversed order = last write
-        out[idx] = src[first]
-        return out
+        return scatter_into(out, idx, src)
