@@ -60,3 +60,12 @@ def test_no_registered_op_is_decomposed_away():
     decomposed = {str(k) for k in decompositions().keys()}
     dead = sorted(set(registry.load()) & decomposed)
     assert not dead, f"these ops never reach the translator (decomposed first): {dead}"
+
+
+def test_any_and_all_over_an_empty_axis_are_the_identities():
+    """torch: any over nothing is False, all over nothing is True (an empty max would raise)."""
+    x = torch.zeros(3, 0, dtype=torch.bool)
+    fn = lambda a: (a.any(1), a.all(1), a.any())  # noqa: E731
+    got = compile_fn(fn, [x])(x)
+    for g, w in zip(got, fn(x), strict=True):
+        assert g.dtype == w.dtype and torch.equal(g, w)

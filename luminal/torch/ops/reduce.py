@@ -82,10 +82,12 @@ def min_dim(c, x, dim, keepdim=False):
     return _extreme("min")(c, x, dim, keepdim), _arg("argmin")(c, x, dim, keepdim)
 
 
-@aten("any.default", "any.dim", "any.dims", note="`max` of the bools")
+@aten("any.default", "any.dim", "any.dims", note="count of the true elements > 0 (False over an empty axis)")
 def any_(c, x, dim=None, keepdim=False):
     b = x if x.dtype == DType.bool else x.ne(0)
-    return _extreme("max")(c, b, dim, keepdim)
+    if b.ndim == 0:
+        return b
+    return b.cast(DType.i64).sum(_dims(b, dim), keepdim=keepdim) > 0  # a max would have no value when empty
 
 
 @aten("_softmax.default", note="`softmax` (max-subtracted), in f32 for 16-bit inputs")
