@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda import nvrtc, runtime
+from tests.backends.cuda import fake_driver
 
 
 @pytest.fixture
@@ -14,3 +15,13 @@ def no_cache(monkeypatch):
     nvrtc.clear_memory_cache()
     yield
     nvrtc.clear_memory_cache()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The CUDA runtime over the fake driver (tests/backends/cuda/fake_driver.py): runs on the CPU."""
+    monkeypatch.setattr(runtime, "driver", fake_driver)
+    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
+    fake_driver.reset()
+    yield fake_driver
+    fake_driver.reset()

@@ -16,15 +16,6 @@ from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.backends.cuda.test_runtime_cpu import plan
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(runtime, "driver", fake_driver)
-    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
-    fake_driver.reset()
-    yield fake_driver
-    fake_driver.reset()
-
-
 def _one_op_plans():
     g, _ = build("reduce_f32")
     llir = plan(g)

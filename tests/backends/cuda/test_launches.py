@@ -34,15 +34,6 @@ PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gem
 PER_LAYER = {"llama": 10, "qwen3": 10, "gemma3": 12}
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(runtime, "driver", fake_driver)
-    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
-    fake_driver.reset()
-    yield fake_driver
-    fake_driver.reset()
-
-
 def step(name: str, layers: int, small: bool = False):
     """The bf16 decoder step of a preset (vocab 1024), or a scaled-down one of the same structure."""
     mod, preset = PRESETS[name]

@@ -18,15 +18,6 @@ from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.helpers import assert_matches
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(runtime, "driver", fake_driver)
-    monkeypatch.setattr(runtime, "load_kernels", fake_driver.load_kernels)
-    fake_driver.reset()
-    yield fake_driver
-    fake_driver.reset()
-
-
 class UnfusedCpuCudaBackend(CpuCudaBackend):
     """Without the fusion phase: one kernel (and one buffer) per primitive, to exercise the arena."""
 
