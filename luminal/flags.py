@@ -30,7 +30,13 @@ PROFILE = Flag(
     "0",
     "1: log a per-op table (launches, time, bytes, % of step, % of roofline) for the first step of each CUDA plan",
 )
-FLAGS = (DEBUG, DUMP, CACHE, TF32, PROFILE)
+PDL = Flag(
+    "LUMINAL_PDL",
+    "1",
+    "0: CUDA graph kernel->kernel edges are full dependencies; default programmatic (sm_90+: a kernel starts "
+    "while the one before drains and waits for it itself)",
+)
+FLAGS = (DEBUG, DUMP, CACHE, TF32, PROFILE, PDL)
 
 
 def debug() -> bool:
@@ -45,6 +51,11 @@ def profile() -> bool:
     if on:
         _ensure_handler()
     return on
+
+
+def pdl() -> bool:
+    """Whether CUDA graphs chain kernels with programmatic dependent launch (read when a graph is built)."""
+    return PDL.raw().strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def tf32() -> bool:

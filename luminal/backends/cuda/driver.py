@@ -208,29 +208,73 @@ def kernel_node_params(func, grid: int, block: int, shared: int, params: Params)
 
 
 # -- CUDA graphs ------------------------------------------------------------------------------------
-class Graph:
-    """A CUDA graph built node by node (a chain: each kernel depends on the previous one)."""
+KERNEL, HOST = "kernel", "host"  # node kinds: a kernel node, a child graph (a captured host op)
+FULL, PROGRAMMATIC = "full", "programmatic"  # edge kinds
 
-    def __init__(self):
+
+def edge_kind(prev: str, node: str, pdl: bool) -> str:
+    """How a node depends on the node before it in the chain. Kernel -> kernel under PDL: a
+    programmatic edge (the second kernel may launch once every block of the first has passed its
+    griddepcontrol.launch_dependents, and waits for the first's completion itself: kernel.py
+    PDL_SYNC). Any edge touching a child graph (library calls that know nothing of PDL): full."""
+    return PROGRAMMATIC if pdl and prev == KERNEL and node == KERNEL else FULL
+
+
+def pdl_enabled() -> bool:
+    """LUMINAL_PDL (default on) and a device that has griddepcontrol (sm_90+; the kernels are compiled
+    for the device's arch, so below it their PDL sync compiles to nothing and PDL would race)."""
+    from luminal import flags
+
+    return flags.pdl() and int(device().arch.removeprefix("sm_")) >= 90
+
+
+@functools.cache
+def _programmatic_edge():
+    drv = _drv()
+    e = drv.CUgraphEdgeData()
+    e.type = drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    e.from_port = drv.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC  # fires at launch_dependents, not at the end
+    e.to_port = 0
+    return e
+
+
+class Graph:
+    """A CUDA graph built node by node: a chain, each node depending on the previous one, kernel ->
+    kernel edges programmatic under PDL (`edge_kind`; `pdl` None = `pdl_enabled()`). `edges` records
+    (from, to, kind) per edge."""
+
+    def __init__(self, pdl: bool | None = None):
+        self.pdl = pdl_enabled() if pdl is None else pdl
         self.handle = call("cuGraphCreate", 0)
         self.nodes: list[Any] = []
+        self.kinds: list[str] = []
+        self.edges: list[tuple[int, int, str]] = []
         self.exec = None
 
-    def add_kernel(self, params) -> int:
-        deps = [self.nodes[-1]] if self.nodes else []
-        node = call("cuGraphAddKernelNode", self.handle, deps, len(deps), params)
+    def _add(self, kind: str, make) -> int:
+        """Add a node made by `make(dependencies)` after the last one, with the edge `edge_kind` says."""
+        if not self.nodes:
+            node = make([])
+        elif edge_kind(self.kinds[-1], kind, self.pdl) == FULL:
+            node = make([self.nodes[-1]])
+            self.edges.append((len(self.nodes) - 1, len(self.nodes), FULL))
+        else:  # cuGraphAddKernelNode takes no edge data: the node first, then its programmatic edge
+            node = make([])
+            call("cuGraphAddDependencies", self.handle, [self.nodes[-1]], [node], [_programmatic_edge()], 1)
+            self.edges.append((len(self.nodes) - 1, len(self.nodes), PROGRAMMATIC))
         self.nodes.append(node)
+        self.kinds.append(kind)
         return len(self.nodes) - 1
+
+    def add_kernel(self, params) -> int:
+        return self._add(KERNEL, lambda deps: call("cuGraphAddKernelNode", self.handle, deps, len(deps), params))
 
     def add_child(self, child) -> int:
         """Add a child-graph node (the driver clones `child`, which is destroyed here)."""
-        deps = [self.nodes[-1]] if self.nodes else []
         try:
-            node = call("cuGraphAddChildGraphNode", self.handle, deps, len(deps), child)
+            return self._add(HOST, lambda deps: call("cuGraphAddChildGraphNode", self.handle, deps, len(deps), child))
         finally:
             call("cuGraphDestroy", child)
-        self.nodes.append(node)
-        return len(self.nodes) - 1
 
     def set_child(self, index: int, child) -> None:
         """Replace the instantiated child graph of node `index` (same topology; `child` is destroyed)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -180,7 +181,9 @@ def index_c(shape: EList, strides: EList, zvar: str = "i") -> str:
 
 def name_code(prefix: str, code: str) -> tuple[str, str]:
     """Give the entries of `code` (spelled KNAME...) a content-derived name, so the source and its
-    cache key do not depend on where the op sits in a graph."""
+    cache key do not depend on where the op sits in a graph. Every entry gets its PDL sync here
+    (`with_pdl`), before the name and the cache key are taken from the code."""
+    code = with_pdl(code)
     h = hashlib.sha1(code.encode()).hexdigest()[:12]
     name = f"{prefix}_{h}"
     return name, code.replace("KNAME", name)
@@ -225,11 +228,66 @@ def elementwise(prefix: str, out_dt: DType, in_dts: list[DType], n: Expression, 
     return Kernel(code, (Launch(name, ew_grid(n), EW_BLOCK),), hdrs)
 
 
+# -- programmatic dependent launch ------------------------------------------------------------------
+# The step's CUDA graph chains kernel nodes with programmatic edges (driver.Graph, LUMINAL_PDL): a
+# kernel may start while the one before it still runs, and must itself wait (griddepcontrol.wait)
+# for that one to complete -- and its writes to be visible -- before it touches any buffer it did not
+# own before (arena buffers are reused: read-after-write and write-after-read hazards alike). Every
+# entry therefore opens with PDL_SYNC: wait, then let the next kernel launch (so at most two grids are
+# in flight and the next one's own wait covers everything before). An entry may place it later itself
+# (the GEMV: after the L2 prefetch of its weights, which nothing writes); it then reads nothing but
+# kernel parameters and the dims words of the dims buffer before it (the host writes those before the
+# graph launch; no kernel writes them). Without PDL the two instructions return at once.
+PDL_SYNC = "lm_pdl_sync();"
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\b')
+
+
+def _close(code: str, i: int) -> int:
+    """Index of the brace closing the one at code[i], skipping comments and string/char literals."""
+    depth, n = 0, len(code)
+    while i < n:
+        c = code[i]
+        if code.startswith("//", i):
+            i = code.find("\n", i)
+            i = n if i < 0 else i
+        elif code.startswith("/*", i):
+            i = code.find("*/", i + 2)
+            i = n if i < 0 else i + 1
+        elif c in "\"'":
+            i += 1
+            while i < n and code[i] != c:
+                i += 2 if code[i] == "\\" else 1
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise BackendError("a generated __global__ entry has no closing brace")
+
+
+def with_pdl(code: str) -> str:
+    """`code` with PDL_SYNC as the first statement of every __global__ entry that does not call it itself."""
+    spans = []
+    for m in _ENTRY.finditer(code):
+        open_ = code.index("{", m.end())
+        if not code[m.end() : open_].rstrip().endswith(")"):
+            raise BackendError(f"cannot find the body of the __global__ entry at: {code[m.start() : open_ + 1]!r}")
+        spans.append((open_, _close(code, open_)))
+    for open_, close in reversed(spans):
+        if PDL_SYNC not in code[open_:close]:
+            at = open_ + 1 + (code[open_ + 1 : open_ + 2] == "\n")
+            code = f"{code[:at]}  {PDL_SYNC}\n{code[at:]}"
+    return code
+
+
 def source(kernels: list[Kernel]) -> str:
-    """One translation unit holding every kernel in `kernels` (deduplicated)."""
+    """One translation unit holding every kernel in `kernels` (deduplicated); every entry syncs for
+    PDL (`with_pdl`: already done by `name_code`, here for code that did not go through it)."""
     hdrs = sorted(frozenset().union(*(k.headers for k in kernels))) if kernels else []
     inc = "".join(f"#include <{h}>\n" for h in hdrs)
-    codes = list(dict.fromkeys(k.code for k in kernels))
+    codes = list(dict.fromkeys(with_pdl(k.code) for k in kernels))
     return inc + PRELUDE + (FP8_PRELUDE if "cuda_fp8.h" in hdrs else "") + "\n".join(codes)
 
 
@@ -246,6 +304,14 @@ __device__ __forceinline__ __nv_fp8_e5m2 to_e5m2(float v) {
 
 PRELUDE = """
 // luminal CUDA kernels: generated from HLIR fields; every argument is a 64-bit pointer.
+// PDL (sm_90): wait until the kernel before this one in the graph has completed and its writes are
+// visible, then let the next kernel launch. Both return at once in a launch without PDL.
+__device__ __forceinline__ void lm_pdl_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void two_sum_f(float a, float b, float& s, float& e) {
   s = a + b; float bb = s - a; e = (a - (s - bb)) + (b - bb);
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from luminal.backends.cuda.kernel import PRELUDE
 from luminal.backends.cuda.kernels.attention import KernelAttention
 from luminal.backends.cuda.kernels.attention_prefill import INTRINSICS_BEGIN, INTRINSICS_END
 from luminal.dtype import DType
@@ -160,7 +161,7 @@ class Emulated:
             args += "".join(f"(const int*)ins[{k}], " for k in range(4, op.n_inputs + 1))
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
-        src.write_text(SHIM + "".join(dict.fromkeys(parts)))
+        src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)
         cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-o", str(lib), str(src)]
         subprocess.run(cmd, check=True, capture_output=True)
         self.so = ctypes.CDLL(str(lib))

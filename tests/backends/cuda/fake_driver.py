@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from luminal.backends.cuda import driver as real
 from luminal.errors import BackendError
 
 _HEAP: dict[int, np.ndarray] = {}
@@ -161,17 +162,31 @@ def kernel_node_params(func, grid, block, shared, params):
 
 
 class Graph:
-    def __init__(self):
+    """The chain of nodes a real driver.Graph builds, with the edge kinds it would give them
+    (`driver.edge_kind`, the real rule: programmatic kernel -> kernel under LUMINAL_PDL, full around
+    every child graph) recorded in `edges` as (from, to, kind); `kinds` per node (kernel / host)."""
+
+    def __init__(self, pdl: bool | None = None):
+        from luminal import flags
+
+        self.pdl = flags.pdl() if pdl is None else pdl  # the fake device is an sm_90
         self.nodes: list = []
+        self.kinds: list[str] = []
+        self.edges: list[tuple[int, int, str]] = []
         self.exec = None
 
-    def add_kernel(self, p) -> int:
-        self.nodes.append(p)
+    def _add(self, kind: str, node) -> int:
+        if self.nodes:
+            self.edges.append((len(self.nodes) - 1, len(self.nodes), real.edge_kind(self.kinds[-1], kind, self.pdl)))
+        self.nodes.append(node)
+        self.kinds.append(kind)
         return len(self.nodes) - 1
 
+    def add_kernel(self, p) -> int:
+        return self._add(real.KERNEL, p)
+
     def add_child(self, child) -> int:
-        self.nodes.append(child)
-        return len(self.nodes) - 1
+        return self._add(real.HOST, child)
 
     def set_child(self, index, child) -> None:
         self.nodes[index] = child

@@ -40,7 +40,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, c_expr, dim_decls, headers, name_code, store
+from luminal.backends.cuda.kernel import (
+    PDL_SYNC,
+    Kernel,
+    KernelOp,
+    Launch,
+    c_expr,
+    dim_decls,
+    headers,
+    name_code,
+    store,
+)
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir.op import compute_dtype
@@ -272,7 +282,10 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     """CUDA C of one variant computing `src`. Per-row state lives in arrays indexed by unrolled
     constants (registers): R = rows x (weights per output row) dot products per warp group. The
     block walks its tiles (rows_per_block rows each) blockIdx.x, + gridDim.x, ...: one tile per
-    block when the grid covers every row (`waves` = 0), several when it is capped (`gemv_grid`)."""
+    block when the grid covers every row (`waves` = 0), several when it is capped (`gemv_grid`).
+    Under PDL the first tile's L2 prefetch runs before the entry waits for the kernel before it
+    (PDL_SYNC): it reads only dims and weight addresses, and a prefetch into L2 (the coherence point)
+    cannot hand a later load stale bytes, so it overlaps the previous kernel's tail."""
     dt, kv = src.dtype, src.kv
     m = len(src.weights) if src.zip else 1
     rows, unroll, R, rpb = v.rows, v.unroll, v.rows * m, v.rows_per_block
@@ -358,7 +371,8 @@ KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ di
 {decls}  const long long n = {src.n};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
-{prefetch}{stage}{part}#pragma unroll 1
+{prefetch}  {PDL_SYNC}  // PDL: x and the outputs only after the kernel before has completed (kernel.py)
+{stage}{part}#pragma unroll 1
   for (long long tile = blockIdx.x{it[0]}; tile * {rpb} < n; tile += gridDim.x{it[1]}) {{  // uniform per block
     const long long row0 = tile * {rpb} + (warp / {v.split}) * {rows};
     float acc[{R}] = {{}};
