@@ -267,15 +267,20 @@ def _close(code: str, i: int) -> int:
     raise BackendError("a generated __global__ entry has no closing brace")
 
 
-def with_pdl(code: str) -> str:
-    """`code` with PDL_SYNC as the first statement of every __global__ entry that does not call it itself."""
+def entry_bodies(code: str) -> list[tuple[int, int]]:
+    """(index of the opening brace, index of the closing brace) of every __global__ entry's body."""
     spans = []
     for m in _ENTRY.finditer(code):
         open_ = code.index("{", m.end())
         if not code[m.end() : open_].rstrip().endswith(")"):
             raise BackendError(f"cannot find the body of the __global__ entry at: {code[m.start() : open_ + 1]!r}")
         spans.append((open_, _close(code, open_)))
-    for open_, close in reversed(spans):
+    return spans
+
+
+def with_pdl(code: str) -> str:
+    """`code` with PDL_SYNC as the first statement of every __global__ entry that does not call it itself."""
+    for open_, close in reversed(entry_bodies(code)):
         if PDL_SYNC not in code[open_:close]:
             at = open_ + 1 + (code[open_ + 1 : open_ + 2] == "\n")
             code = f"{code[:at]}  {PDL_SYNC}\n{code[at:]}"

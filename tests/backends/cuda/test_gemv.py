@@ -26,6 +26,7 @@ from luminal.backends.cuda.kernels.gemv import (
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import num, var
+from tests.backends.cuda.test_pdl import check_syncs
 from tests.helpers import assert_matches
 
 DTYPES = (DType.f32, DType.f16, DType.bf16)
@@ -83,6 +84,8 @@ def ptxas_usage(kernels, arch: str = "sm_90") -> dict[str, tuple[int, int]]:
 
 def test_every_variant_compiles_for_sm90():
     kernels = [_op(dt, k, k).render({"n": 0}, v) for dt in DTYPES for v in VARIANTS.values() for k in (16, 8192, 14336)]
+    for kern in kernels:  # the PDL sync once, after the L2 prefetch, before x is read (test_pdl.py)
+        check_syncs(kern, gemv=True)
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
 
 

@@ -16,6 +16,7 @@ from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import num, z
 from tests.backends.cuda.catalog import CONTIG, DTYPES, MERGED, kernels_for, sources
+from tests.backends.cuda.test_pdl import check_syncs
 
 SLOTS = {"n": 0, "s": 1, ERROR_SLOT: 2}
 
@@ -26,6 +27,8 @@ def test_every_kernel_compiles_for_sm90(dt, no_cache):
     rendered = [op.render(SLOTS) for op in ops]
     names = [ln.name for k in rendered for ln in k.launches]
     assert len(set(names)) == len(names) or len({k.code for k in rendered}) < len(rendered)
+    for k in rendered:  # each entry opens with the PDL sync (test_pdl.py): compiled with it below
+        check_syncs(k)
     image = nvrtc.compile_cubin(source(rendered), arch="sm_90", name=f"all_{dt.value}.cu")
     assert image[:4] == b"\x7fELF"  # a cubin is an ELF image
     for name in names:
