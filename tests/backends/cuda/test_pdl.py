@@ -217,24 +217,13 @@ def test_runtime_graphs_are_programmatic_between_kernels_only(plans, fake, monke
 
 
 # -- GPU ----------------------------------------------------------------------------------------------
-def _rebuild(dec) -> None:
-    """Rebuild every plan's CUDA graph now (under the current LUMINAL_PDL); plans not run yet build theirs
-    on first use."""
-    for _, ex in dec.model._plans:
-        if getattr(ex, "_graph", None) is not None:
-            ex._bind()
-
-
-def _edge_kinds(dec) -> set[str]:
-    return {kind for _, ex in dec.model._plans if ex._graph is not None for *_, kind in ex._graph.edges}
-
-
 @pytest.mark.cuda
 def test_pdl_on_and_off_give_bit_identical_decode_steps(monkeypatch):
     """A 2-layer llama-3.2-1b-shaped bf16 Decoder (vocab cut to 8192): a 16-token prefill and 32
     teacher-forced decode steps, logits with PDL on, off, and on again, equal bit for bit. A race
     (a kernel reading before the one before it finished) shows as a mismatch; on == on again rules
     out run-to-run noise."""
+    from bench.pdl import edge_kinds, rebuild_graphs
     from luminal.models import llama
     from luminal.models.common import random_weights
     from luminal.models.engine import Decoder
@@ -254,13 +243,13 @@ def test_pdl_on_and_off_give_bit_identical_decode_steps(monkeypatch):
         return out
 
     on = run()
-    assert _edge_kinds(dec) == {driver.PROGRAMMATIC, driver.FULL}  # decode all programmatic; prefill mixed
+    assert set(edge_kinds(dec)) == {driver.PROGRAMMATIC, driver.FULL}  # decode all programmatic; prefill mixed
     monkeypatch.setenv("LUMINAL_PDL", "0")
-    _rebuild(dec)
+    rebuild_graphs(dec)
     off = run()
-    assert _edge_kinds(dec) == {driver.FULL}
+    assert set(edge_kinds(dec)) == {driver.FULL}
     monkeypatch.setenv("LUMINAL_PDL", "1")
-    _rebuild(dec)
+    rebuild_graphs(dec)
     again = run()
     assert np.isfinite(on[-1]).all() and np.abs(on[-1]).max() > 0
     for k, (a, b, c) in enumerate(zip(on, off, again, strict=True)):
