@@ -225,7 +225,10 @@ def pdl_enabled() -> bool:
     for the device's arch, so below it their PDL sync compiles to nothing and PDL would race)."""
     from luminal import flags
 
-    return flags.pdl() and int(device().arch.removeprefix("sm_")) >= 90
+    return flags.pdl() and not _PDL_FAILED and int(device().arch.removeprefix("sm_")) >= 90
+
+
+_PDL_FAILED: list[str] = []  # why the driver refused a programmatic edge (then no graph asks again)
 
 
 @functools.cache
@@ -233,7 +236,8 @@ def _programmatic_edge():
     drv = _drv()
     e = drv.CUgraphEdgeData()
     e.type = drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-    e.from_port = drv.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC  # fires at launch_dependents, not at the end
+    # fires when every block has passed griddepcontrol.launch_dependents (or exited), not at the end
+    e.from_port = getattr(drv, "CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC", 1)
     e.to_port = 0
     return e
 
@@ -259,9 +263,14 @@ class Graph:
             node = make([self.nodes[-1]])
             self.edges.append((len(self.nodes) - 1, len(self.nodes), FULL))
         else:  # cuGraphAddKernelNode takes no edge data: the node first, then its programmatic edge
-            node = make([])
-            call("cuGraphAddDependencies", self.handle, [self.nodes[-1]], [node], [_programmatic_edge()], 1)
-            self.edges.append((len(self.nodes) - 1, len(self.nodes), PROGRAMMATIC))
+            node, prev, kind_ = make([]), self.nodes[-1], PROGRAMMATIC
+            try:
+                call("cuGraphAddDependencies", self.handle, [prev], [node], [_programmatic_edge()], 1)
+            except BackendError as e:
+                self._no_pdl(e)
+                call("cuGraphAddDependencies", self.handle, [prev], [node], None, 1)
+                kind_ = FULL
+            self.edges.append((len(self.nodes) - 1, len(self.nodes), kind_))
         self.nodes.append(node)
         self.kinds.append(kind)
         return len(self.nodes) - 1
@@ -284,7 +293,26 @@ class Graph:
             call("cuGraphDestroy", child)
 
     def instantiate(self) -> None:
-        self.exec = call("cuGraphInstantiate", self.handle, 0)
+        """Instantiate; if the driver refuses the graph with programmatic edges, make them full (logged)."""
+        try:
+            self.exec = call("cuGraphInstantiate", self.handle, 0)
+        except BackendError as e:
+            prog = [(a, b) for a, b, k in self.edges if k == PROGRAMMATIC]
+            if not prog:
+                raise
+            self._no_pdl(e)
+            for a, b in prog:
+                ends = (self.handle, [self.nodes[a]], [self.nodes[b]])
+                call("cuGraphRemoveDependencies", *ends, [_programmatic_edge()], 1)
+                call("cuGraphAddDependencies", *ends, None, 1)
+            self.edges = [(a, b, FULL) for a, b, _ in self.edges]
+            self.exec = call("cuGraphInstantiate", self.handle, 0)
+
+    def _no_pdl(self, err: BackendError) -> None:
+        if not _PDL_FAILED:
+            log.warning("CUDA graphs without programmatic dependent launch (full edges): %s", err)
+        _PDL_FAILED.append(str(err))
+        self.pdl = False
 
     def set_kernel_params(self, index: int, params) -> None:
         call("cuGraphExecKernelNodeSetParams", self.exec, self.nodes[index], params)

@@ -179,6 +179,41 @@ def test_driver_graph_makes_kernel_edges_programmatic_and_host_edges_full(monkey
     assert sum(c == ("cuGraphDestroy", (f"child{k}",)) for c in rec.calls for k in range(8)) == 3
 
 
+@pytest.mark.parametrize("refused", ["cuGraphAddDependencies", "cuGraphInstantiate"])
+def test_a_driver_that_refuses_programmatic_edges_gets_full_ones(monkeypatch, caplog, refused):
+    """Adding a programmatic edge or instantiating a graph with them fails: the graph falls back to full
+    edges (logged once) and later graphs do not ask again."""
+    from luminal.errors import BackendError
+
+    rec = _Recorder()
+
+    def refusing(name, *args):
+        programmatic = name == "cuGraphAddDependencies" and args[3] is not None
+        if name == refused and (programmatic or name == "cuGraphInstantiate") and not rec.refused:
+            rec.refused = True
+            raise BackendError(f"CUDA driver call {name} failed: CUDA_ERROR_NOT_SUPPORTED")
+        return rec(name, *args)
+
+    rec.refused = False
+    monkeypatch.setattr(driver, "call", refusing)
+    monkeypatch.setattr(driver, "_PDL_FAILED", [])
+    monkeypatch.setattr(driver, "device", lambda: fake_driver.Device(arch="sm_90"))
+    monkeypatch.setenv("LUMINAL_PDL", "1")
+    g = driver.Graph()
+    for k in range(4):
+        g.add_kernel(f"params{k}")
+    g.instantiate()
+    assert rec.refused and g.exec is not None and [k for *_, k in g.edges] == [driver.FULL] * 3
+    added = [c[1] for c in rec.calls if c[0] == "cuGraphAddDependencies"]
+    if refused == "cuGraphInstantiate":  # the three programmatic edges were made, then swapped
+        removed = [c[1] for c in rec.calls if c[0] == "cuGraphRemoveDependencies"]
+        assert len(removed) == 3 and [a[3] is None for a in added] == [False] * 3 + [True] * 3
+    else:  # the first edge fell back at once; the rest were full from the start
+        assert [a[3] for a in added] == [None] and sum(c[0] == "cuGraphAddKernelNode" and c[1][2] == 1
+                                                       for c in rec.calls) == 2  # fmt: skip
+    assert not driver.pdl_enabled() and "without programmatic dependent launch" in caplog.text
+
+
 @pytest.mark.parametrize(("flag", "arch", "want"), [("1", "sm_90", True), ("0", "sm_90", False),
                                                      ("1", "sm_80", False), (None, "sm_100", True)])  # fmt: skip
 def test_pdl_needs_the_flag_and_sm90(monkeypatch, flag, arch, want):
