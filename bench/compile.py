@@ -178,7 +178,7 @@ def cpu_cuda_backend():
             return filled
 
         def load(self, llir):
-            self._compile([llir])
+            self._compile([llir], llir.dims)
             return ReferenceExecutor(llir.nodes, llir.outputs)
 
     return CpuCuda()

@@ -210,11 +210,13 @@ class _Compilation:
             metas.append({"region": name} | meta)
         if self.rolling is None:
             llir, row = plans["graph"], {k: v for k, v in metas[0].items() if k != "region"}
+            llir.dims = tuple(sorted(self.graph.dims()))
         else:
             t = time.perf_counter()
             llir = self.rolling.unroll(plans)
             self.stats["time_roll_s"] += time.perf_counter() - t
             caches = {m["cache"] for m in metas}
+            llir.dims = tuple(sorted(self.graph.dims()))
             row = {"cache": caches.pop() if len(caches) == 1 else "partial",
                    "profiled": sum(m.get("profiled", 0) for m in metas), "regions": metas}  # fmt: skip
         self.stats["buckets"].append({"bounds": bounds} | row)
@@ -463,11 +465,11 @@ def _version(backend: Backend) -> str:
 
     mod = sys.modules.get(type(backend).__module__)
     pkg = Path(mod.__file__).parent if mod is not None and getattr(mod, "__file__", None) else None
-    return f"{getattr(luminal, '__version__', '0')}+{_source_digest(pkg)}"
+    return f"{getattr(luminal, '__version__', '0')}+{source_digest(pkg)}"
 
 
 @cache
-def _source_digest(backend_dir: Path | None) -> str:
+def source_digest(backend_dir: Path | None) -> str:
     root = Path(__file__).parents[1]
     dirs = [root / "egraph", root / "hlir", root / "shape", *([backend_dir] if backend_dir else [])]
     h = hashlib.sha256()

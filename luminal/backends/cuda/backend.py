@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from luminal.backends.cuda import driver, nvrtc, runtime
+from luminal.backends.cuda import driver, nvrtc, rendered, runtime
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import Kernel, KernelOp
 from luminal.backends.cuda.kernels import KERNEL_OPS
@@ -24,7 +24,8 @@ from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
-from luminal.backends.cuda.runtime import CudaExecutor, OnesPool, plan_slots
+from luminal.backends.cuda.rendered import plan_slots
+from luminal.backends.cuda.runtime import CudaExecutor, OnesPool
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
 from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, analysis, main_cycle, saturate, with_buffer_reuse
@@ -83,7 +84,7 @@ class CudaBackend:
 
     def load(self, llir: LLIRGraph) -> CudaExecutor:
         self._pool = None  # the search is over (the compiler loads plans last): free the profiling inputs
-        return CudaExecutor(llir.nodes)
+        return CudaExecutor(llir.nodes, dims=llir.dims)  # the slots its kernels were profiled with
 
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
         """Seconds of one run of `llir` at `env`, on the ones-filled inputs of this compile's pool; its
@@ -123,9 +124,9 @@ class CudaBackend:
         return base
 
     def counters(self) -> dict[str, float]:
-        """NVRTC counters (compiles, cache hits, seconds) and profiling counters (PROFILE_STATS): the
-        compiler reports their change per compile."""
-        return {**nvrtc.STATS, **PROFILE_STATS}
+        """NVRTC counters (compiles, cache hits, seconds), profiling counters (PROFILE_STATS) and kernel
+        renders (rendered.STATS): the compiler reports their change per compile."""
+        return {**nvrtc.STATS, **PROFILE_STATS, **rendered.STATS}
 
 
 def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float, filled: int = 0, host: int = 0) -> None:
@@ -150,7 +151,7 @@ def plan_kernels(nodes, dims=()) -> list[Kernel]:
     """The kernels a CudaExecutor of `nodes` renders (same dims slots: `dims` as given to it), for
     batched compiling."""
     kslots = plan_slots(nodes, dims)
-    return [runtime.render(n.op, kslots) for n in nodes if isinstance(n.op, KernelOp)]
+    return [rendered.render(n.op, kslots) for n in nodes if isinstance(n.op, KernelOp)]
 
 
 def _precompile(plans: Sequence[LLIRGraph], dims=()) -> None:

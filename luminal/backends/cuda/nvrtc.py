@@ -122,7 +122,7 @@ def compile_cubin(source: str, arch: str | None = None, name: str = "luminal.cu"
     except OSError:
         image = _compile(source, options, name)
         if path is not None:
-            _atomic_write(path, image)
+            atomic_write(path, image)
     with _LOCK:
         _MEMORY[key] = image
     return image
@@ -167,7 +167,7 @@ def compile_units(
             ck = _key(code, arch, options)
             _BY_CODE[ck] = out[code] = img
             if root is not None:
-                _atomic_write(root / "by-code" / ck, ik.encode())
+                atomic_write(root / "by-code" / ck, ik.encode())
     return out
 
 
@@ -243,7 +243,7 @@ def _format_log(text: str, source: str, name: str) -> str:
     return msg
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

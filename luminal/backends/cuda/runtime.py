@@ -39,6 +39,7 @@ from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp, source
 from luminal.backends.cuda.kernels.indexing import KernelGather
+from luminal.backends.cuda.rendered import plan_slots, render
 from luminal.errors import BackendError, InputError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import ONE, Expression
@@ -54,46 +55,6 @@ SMALL_INPUT = 4096  # per-run inputs up to this many bytes are not uploaded agai
 
 def log_profile(table: str) -> None:
     logging.getLogger("luminal.profile").info("%s", table)
-
-
-def plan_slots(nodes: Sequence, dims: Iterable[str] = ()) -> dict[str, int]:
-    """Dims-buffer slot of every dim the plan's ops read, plus `dims` (the graph's: profiling passes the
-    bucket's profile dims), numbered in sorted order, then the error word (ERROR_SLOT). With the graph's
-    dims a kernel renders the same code in a one-op plan and in the whole plan, so it compiles once."""
-    names: set[str] = set(dims)
-    for n in nodes:
-        if isinstance(n.op, (KernelOp, HostOp)):
-            names |= n.op.dim_names() | n.op.out_size().dims()
-        if isinstance(n.op, KernelOp):
-            names |= n.op.scratch_bytes().dims()
-        a = n.op.alias()
-        if a is not None:
-            names |= a[1].dims()
-    slots = {d: i for i, d in enumerate(sorted(names))}
-    return {**slots, ERROR_SLOT: len(slots)}
-
-
-_RENDERED: dict[tuple, Kernel] = {}  # (op, slots) -> its kernel: the layers of a plan share their ops
-RENDER_STATS = {"renders": 0, "render_hits": 0, "render_s": 0.0}
-
-
-def render(op: KernelOp, kslots: Mapping[str, int]) -> Kernel:
-    """`op.render(kslots)`, memoized in process (rendering costs 35-70 ms per fused kernel)."""
-    key = (op, tuple(kslots.items()))
-    try:
-        hit = _RENDERED.get(key)
-    except TypeError:  # an op with an unhashable field: render every time
-        key, hit = None, None
-    if hit is not None:
-        RENDER_STATS["render_hits"] += 1
-        return hit
-    t = time.perf_counter()
-    k = op.render(kslots)
-    RENDER_STATS["renders"] += 1
-    RENDER_STATS["render_s"] += time.perf_counter() - t
-    if key is not None:
-        _RENDERED[key] = k
-    return k
 
 
 def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
