@@ -17,7 +17,7 @@ import numpy as np
 
 from luminal.backends.cuda import driver, nvrtc, rendered, runtime
 from luminal.backends.cuda.host import HostOp
-from luminal.backends.cuda.kernel import Kernel, KernelOp
+from luminal.backends.cuda.kernel import Kernel, KernelOp, source
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
@@ -78,6 +78,15 @@ class CudaBackend:
         self._pool: OnesPool | None = None  # profiling inputs of this compile (one backend per compile)
 
     @property
+    def _arch(self) -> str | None:
+        return self._dev.arch
+
+    @property
+    def prefetch_kernels(self) -> bool:
+        """Whether `prefetch` compiles: when `profile` is this class's (plans timed on the GPU)."""
+        return type(self).profile is CudaBackend.profile
+
+    @property
     def device(self) -> str:
         major, minor = nvrtc.version()
         return f"cuda-{self._dev.name}-{self._dev.arch}-nvrtc{major}.{minor}"
@@ -103,7 +112,7 @@ class CudaBackend:
     def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float | str]:
         """Seconds of each one-op plan net of the fixed cost of timing a plan (one launch included);
         a str says why a plan could not be compiled or run."""
-        if type(self).profile is CudaBackend.profile:  # timed on the GPU: compile every kernel at once
+        if self.prefetch_kernels:  # timed on the GPU: compile every kernel at once
             _precompile(plans, env)
         base = self._timing_base(env)
         out: list[float | str] = []
@@ -113,6 +122,17 @@ class CudaBackend:
             except Exception as e:  # noqa: BLE001 - a candidate op that cannot be built or run is skipped, never fatal
                 out.append(f"{type(e).__name__}: {e}")
         return out
+
+    def prefetch(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> None:
+        """Start compiling the kernels of candidate plans `plans` in the background (rendered with the
+        slots `profile` uses), so the long ones (attention) compile while the search goes on. Only where
+        plans are timed on the GPU (`prefetch_kernels`)."""
+        if not self.prefetch_kernels:
+            return
+        ks = {k.code: k for p in plans for k in plan_kernels(p.nodes, env)}
+        ks = {c: k for c, k in ks.items() if c not in runtime._MODULES}
+        if ks:
+            nvrtc.prefetch(list(ks), lambda codes: source([ks[c] for c in codes]), self._arch)
 
     def _timing_base(self, env: Mapping[str, int]) -> float:
         """What `profile` reports beyond the launches themselves: a one-kernel plan's time minus one
