@@ -172,3 +172,29 @@ def test_prefetch_sees_every_priced_plan_first_and_changes_no_choice(fail):
     if not fail:
         assert llirs[0].fingerprint() in be.prefetched
         assert len(set(be.prefetched)) >= stats["profiling"]["measure_calls"]
+
+
+def test_every_buckets_preferred_plan_is_prefetched_before_any_search():
+    """With buckets saturated together, the compiler hands the backend the preferred plan of every region
+    of every bucket before the first measurement (the prefill bucket's kernels start compiling while the
+    decode bucket is searched); the plans chosen do not change."""
+    events: list[tuple] = []
+
+    class Ordered(PrefetchingBackend):
+        def prefetch(self, plans, env):
+            events.append(("prefetch", env["s"], len(plans)))
+
+        def measure(self, plans, env):
+            events.append(("measure", env["s"]))
+            return super().measure(plans, env)
+
+    buckets = {"s": [(1, 1), (2, 8)]}
+    plain = _compile(decoder(2), CountingBackend(), buckets=buckets)[1]
+    costs.clear_memo()
+    _, llirs, stats = _compile(decoder(2), Ordered(), buckets=buckets)
+    assert [p.fingerprint() for p in llirs] == [p.fingerprint() for p in plain]
+    first = next(k for k, e in enumerate(events) if e[0] == "measure")
+    regions = 1 + len(stats["rolled"]["bodies"])
+    ahead = events[: 2 * regions]  # one preferred plan per region and bucket, decode's and prefill's
+    assert first >= 2 * regions and all(e[0] == "prefetch" and e[2] == 1 for e in ahead)
+    assert {e[1] for e in ahead} == {1, 8}
