@@ -18,7 +18,9 @@ nvrtc.compile_units), but plans are priced analytically
 (a launch cost per kernel plus bytes moved at the H200's copy bandwidth) instead of timed, and loaded
 as reference executors. Its `profile_s` column is then 0; `plans`, `readMB` (the ones-filled inputs the
 timed plans read), `fillMB` (what the profiling pool, runtime.OnesPool, fills on the device for them)
-and `nvrtc` are what the GPU run pays for on top of the CPU work.
+and `nvrtc` (NVRTC CPU seconds; `nvwait`: wall seconds the compile waited for NVRTC, its critical
+path; `rend`: kernels rendered, not found in the rendered-kernel cache) are what the GPU run pays for on
+top of the CPU work.
   python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
 Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
 breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
@@ -259,13 +261,13 @@ def _row(m: dict, run: str) -> str:
             f"{m['egraph_nodes']:>7}{m['iterations']:>6}{m['matches']:>8}{prof.get('ops_measured', 0):>6}"
             f"{prof.get('op_hits', 0):>7}{nv.get('plans_timed', 0):>6.0f}{nv.get('upload_mb', 0.0):>8.0f}"
             f"{nv.get('fill_mb', 0.0):>7.0f}{nv.get('profile_s', 0.0):>7.2f}{nv.get('kernels', 0):>5.0f}"
-            f"{nv.get('compile_cpu_s', 0.0):>7.2f}"
+            f"{nv.get('compile_cpu_s', 0.0):>7.2f}{nv.get('wait_s', 0.0):>7.2f}{nv.get('renders', 0):>5.0f}"
             f"  {bodies}")  # fmt: skip
 
 
 HEADER = (f"{'preset':<14}{'graph':<9}{'run':<5}{'wall':>7}{'cpu':>7}{'roll':>6}{'satur':>7}{'extr':>6}{'search':>7}"
           f"{'load':>6}{'peakMB':>7}{'hlir':>7}{'live':>6}{'cmds':>7}{'enode':>7}{'iters':>6}{'matches':>8}"
-          f"{'meas':>6}{'hits':>7}{'plans':>6}{'readMB':>8}{'fillMB':>7}{'prof_s':>7}{'kern':>5}{'nvrtc':>7}"
+          f"{'meas':>6}{'hits':>7}{'plans':>6}{'readMB':>8}{'fillMB':>7}{'prof_s':>7}{'kern':>5}{'nvrtc':>7}{'nvwait':>7}{'rend':>5}"
           "  rolled bodies (layers x nodes)")  # fmt: skip
 
 

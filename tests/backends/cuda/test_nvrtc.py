@@ -99,13 +99,13 @@ def test_prefetched_kernels_are_compiled_once_and_waited_for(tmp_path, monkeypat
     monkeypatch.setenv("LUMINAL_NVRTC_THREADS", "2")
     nvrtc.clear_memory_cache()
     a, b, c = _kernel("pre_a"), _kernel("pre_bb"), _kernel("pre_ccc")
-    k0, w0 = nvrtc.STATS["kernels"], nvrtc.STATS["prefetch_wait_s"]
+    k0, w0 = nvrtc.STATS["kernels"], nvrtc.STATS["wait_s"]
     assert nvrtc.prefetch([a, b], _render, arch="sm_90") == 2
     assert nvrtc.prefetch([a, b], _render, arch="sm_90") == 0  # under way: not started twice
     images = nvrtc.compile_units([a, b, c], _render, arch="sm_90")
     assert nvrtc.STATS["kernels"] == k0 + 3  # a and b once (ahead), c with the batch
     assert b"pre_a" in images[a] and b"pre_bb" in images[b] and b"pre_ccc" in images[c]
-    assert nvrtc.STATS["prefetch_wait_s"] >= w0 and not nvrtc._PENDING
+    assert nvrtc.STATS["wait_s"] > w0 and not nvrtc._PENDING
     assert nvrtc.prefetch([a, b, c], _render, arch="sm_90") == 0  # compiled: nothing to start
     bad = 'extern "C" __global__ void pre_bad(float* x) { x[0] = undeclared; }'
     assert nvrtc.prefetch([bad], _render, arch="sm_90") == 1
