@@ -2,9 +2,11 @@
 
 LLIR ops are the kernel ops (kernels/), introduced by the `kernel_lower` rules beside them; HLIR
 Input and Output run as they are. Every other HLIR op must be lowered, so extraction can only
-choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up,
-ones-filled inputs); `measure` times one-op plans for the search's per-op costs
-(luminal/egraph/costs.py), their kernels compiled together in one NVRTC program first.
+choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up, inputs
+of ones filled on the device in a pool every plan of the compile shares: runtime.OnesPool); `measure`
+times one-op plans for the search's per-op costs (luminal/egraph/costs.py), their kernels compiled
+together first; `prefetch` starts compiling candidates' kernels in the background. Plans are profiled
+and loaded with the graph's dims slots (rendered.plan_slots), so each kernel renders and compiles once.
 """
 
 from __future__ import annotations
