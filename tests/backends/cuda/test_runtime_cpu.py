@@ -363,3 +363,23 @@ def test_every_plan_with_a_gather_reads_its_error_slot_back(fake, fused):
     kinds = {type(n.op) for n in ex.nodes} & set(INDEXING_KERNELS)
     assert kinds and KernelScatter not in kinds, kinds
     assert ex._reports
+
+
+def test_ones_pool_buffers_per_rank_and_written_ones_refilled(memset):
+    """OnesPool: the k-th input of a dtype gets its own buffer, grown (and filled) only when a larger one
+    is asked for; a buffer a plan writes in place is filled again for the next plan; 8-byte dtypes are
+    uploaded (no memset can write their pattern)."""
+    pool = runtime.OnesPool()
+    a, b = pool.get(lm.bf16, 0, 64), pool.get(lm.bf16, 1, 64)
+    assert a != b and pool.get(lm.bf16, 0, 32) == a and pool.stats["allocs"] == 2
+    np.testing.assert_array_equal(fake_driver.mem(a, 64).view(lm.bf16.np), np.ones(32, lm.bf16.np))
+    grown = pool.get(lm.bf16, 0, 4096)
+    np.testing.assert_array_equal(fake_driver.mem(grown, 4096).view(lm.bf16.np), np.ones(2048, lm.bf16.np))
+    w = pool.get(lm.f32, 0, 40, written=True)
+    fake_driver.mem(w, 40)[:] = 0  # a plan's in-place update wrote it
+    assert pool.get(lm.f32, 0, 40, written=True) == w
+    np.testing.assert_array_equal(fake_driver.mem(w, 40).view(np.float32), np.ones(10, np.float32))
+    before = pool.stats["upload_bytes"]
+    x = pool.get(lm.i64, 0, 80)
+    np.testing.assert_array_equal(fake_driver.mem(x, 80).view(np.int64), np.ones(10, np.int64))
+    assert pool.stats["upload_bytes"] - before >= 80
