@@ -100,22 +100,6 @@ CHAINS = {
     "cast_to_f32": lambda g, dt: (lambda a, b, c: (a * b + c).cast(lm.f32) * 3.0)(*_abc(g, dt)),
 }
 
-# chain -> why it fails on main (docs/reliability.md): the fused kernel reads one 16-bit value at
-# two precisions, rounded where it is an operand of `%` / `<` / a cast and unrounded elsewhere
-_TWO_PRECISIONS = (
-    "KernelFused reads one 16-bit value at two precisions: (a + b) is rounded to the dtype as the operand of % "
-    "(exact_operands) but read unrounded (f32) by the subtraction, so x - x % 1 is no integer"
-)
-_CAST_SEES_UNROUNDED = (
-    "KernelFused holds the 16-bit products in f32 and the cast rounds once, where the reference rounds after "
-    "each Mul: the cast observes the difference, so an i32 / f32 output is off by more than its own tolerance"
-)
-XFAIL: dict[str, str] = {
-    **{f"trunc_of_sum-{d}": _TWO_PRECISIONS for d in ("bf16", "f16")},
-    **{f"{c}-{d}": _CAST_SEES_UNROUNDED for c in ("cast_to_int", "cast_to_f32") for d in ("bf16", "f16")},
-}
-
-
 def _plan(g: lm.Graph):
     _, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=1))
     return llir
@@ -180,12 +164,7 @@ def _feed(dt, n: int, seed: int) -> dict[str, np.ndarray]:
 CASES = [(name, dt) for name in CHAINS for dt in (lm.bf16, lm.f16)]
 
 
-@pytest.mark.parametrize(
-    ("name", "dt"),
-    [pytest.param(n, d, marks=pytest.mark.xfail(strict=True, reason=XFAIL[f"{n}-{d.value}"]))
-     if f"{n}-{d.value}" in XFAIL else (n, d) for n, d in CASES],
-    ids=[f"{n}-{d.value}" for n, d in CASES],
-)  # fmt: skip
+@pytest.mark.parametrize(("name", "dt"), CASES, ids=[f"{n}-{d.value}" for n, d in CASES])
 def test_fused_chain_runs_bit_exact_on_cpu(name, dt, tmp_path, no_cache):
     g = lm.Graph()
     CHAINS[name](g, dt).output("y")
