@@ -284,3 +284,100 @@ def test_fused_chain_bit_exact_on_the_gpu(name, dt):
     for n, seed in SIZES:
         _compare(name, dt, backend.load(llir).run, ref, n, seed)
         _compare(name, dt, lambda f, env: searched.run(f), ref, n, seed)
+
+
+# -- GEMV epilogues (KernelGemvFused): the dot products rounded where the unfused GEMV stores them ---------
+K, N = 64, 96
+
+
+def _lin(g, x, name: str):
+    return x @ g.tensor(name, (N, K), x.dtype).persist().T
+
+
+def _gemv_residual(g, x):  # h + x @ W.T: the residual add reads the dot product
+    return g.tensor("h", ("s", N), x.dtype) + _lin(g, x, "W")
+
+
+def _gemv_gated_cast(g, x):  # act(gate) * up with casts in act: an integer step, then the gating product
+    return (_lin(g, x, "Wg") * 3.0).cast(lm.i32).cast(x.dtype) * _lin(g, x, "Wu")
+
+
+GEMV_EPILOGUES = {"residual": _gemv_residual, "gated_cast": _gemv_gated_cast}
+
+
+def _gemv_graph(name: str, dt) -> lm.Graph:
+    g = lm.Graph()
+    GEMV_EPILOGUES[name](g, g.tensor("x", ("s", K), dt)).output("y")
+    return g
+
+
+def _gemv_feed(g: lm.Graph, seed: int) -> dict[str, np.ndarray]:
+    """x and the weights whole numbers in [-15, 15]: every product and every partial sum of a dot
+    product is exact in f32, so the dot products are exact in any order (the kernel's and the
+    reference's), with up to 14 significant bits: their rounding to bf16 shows. h in (-2, 2)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, sh in g.input_shapes.items():
+        shape = tuple(int(d.evaluate({"s": 1})) for d in sh)
+        x = rng.uniform(-2, 2, shape) if n == "h" else rng.integers(-15, 16, shape).astype(np.float64)
+        out[n] = x.astype(g.nodes[g.inputs[n]].dtype.np)
+    return out
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(GEMV_EPILOGUES))
+def test_gemv_epilogue_bit_exact_on_cpu(name, tmp_path, monkeypatch, dt=lm.bf16):
+    """The fused decode GEMV's C (one std::thread per CUDA thread, tests/backends/cuda/test_gemv.py's
+    shim) equals the reference bit for bit: its epilogue rounds each dot product to bf16 before the
+    add / the gating product reads it, and every epilogue op after that, as the unfused plan does."""
+    from luminal.backends.cuda.kernels import gemv
+    from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
+    from tests.backends.cuda import test_gemvfused as tg
+    from tests.backends.cuda.test_gemv import _SHIM as THREADS_SHIM
+
+    monkeypatch.setattr(gemv, "SMS", 1)  # at most 4 blocks: few threads to start
+    g = _gemv_graph(name, dt)
+    llir = tg._preferred(g)
+    ops = list(dict.fromkeys(n.op for n in llir.nodes if isinstance(n.op, KernelGemvFused)))
+    assert len(ops) == 1 and ops[0].epi, llir.op_counts()
+    kernels = {op: op.render(tg.SLOTS) for op in ops}
+    runs = ""
+    for op, k in kernels.items():
+        params = [op.out_dtype((op.dtype,) * op.base + op.leaf_dtypes()), *(op.dtype,) * op.base, *op.leaf_dtypes()]
+        args = "".join(f"({'' if j == 0 else 'const '}{tg._CTYPE[d]}*)a[{j}], " for j, d in enumerate(params))
+        runs += tg._RUN.format(name=k.launches[0].name, args=args)
+    src, lib = tmp_path / "gemvfused.cpp", tmp_path / "gemvfused.so"
+    src.write_text(THREADS_SHIM + PRELUDE + "".join(dict.fromkeys(k.code for k in kernels.values())) + runs)
+    done = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-w",
+                           "-o", str(lib), str(src)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    so = ctypes.CDLL(str(lib))
+    nodes = [SimpleNamespace(op=tg._OnCpu(n.op, kernels[n.op], so), inputs=n.inputs, dtype=n.dtype)
+             if isinstance(n.op, KernelGemvFused) else n for n in llir.nodes]  # fmt: skip
+    ref = g.compile("reference", cache=False)
+    for seed in (1, 2):
+        feed = _gemv_feed(g, seed)
+        want = ref.run(feed)["y"]
+        got = np.asarray(ReferenceExecutor(nodes, llir.outputs).run(feed, {"s": 1})["y"]).reshape(want.shape)
+        bad = want.astype(np.float64) != got.astype(np.float64)
+        assert not bad.any(), f"{name}: {int(bad.sum())}/{bad.size} differ: got {got[bad][:4]}, want {want[bad][:4]}"
+        # the model the runtime's CPU tests use (KernelGemvFused.reference) rounds at the same places
+        model = np.asarray(CpuCudaBackend().load(llir).run(feed, {"s": 1})["y"]).reshape(want.shape)
+        assert (model.astype(np.float64) == want.astype(np.float64)).all(), name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(GEMV_EPILOGUES))
+def test_gemv_epilogue_bit_exact_on_the_gpu(name):
+    from luminal.backends.cuda.backend import CudaBackend
+    from tests.backends.cuda import test_gemvfused as tg
+
+    g = _gemv_graph(name, lm.bf16)
+    backend = CudaBackend()
+    llir = tg._preferred(g, backend)
+    ref = g.compile("reference", cache=False)
+    for seed in (1, 2):
+        feed = _gemv_feed(g, seed)
+        want = ref.run(feed)["y"]
+        got = np.asarray(backend.load(llir).run(feed, {"s": 1})["y"]).reshape(want.shape)
+        assert (got.astype(np.float64) == want.astype(np.float64)).all(), (name, got, want)
