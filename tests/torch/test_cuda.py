@@ -12,7 +12,13 @@ transformers = pytest.importorskip("transformers")
 
 import luminal.torch as lt  # noqa: E402
 from tests.torch.test_hf import LM, _decode  # noqa: E402
-from tests.torch.util import decode_program, expected_step_bytes, record_programs, state_in_place  # noqa: E402
+from tests.torch.util import (  # noqa: E402
+    decode_program,
+    expected_step_bytes,
+    host_scalars,
+    record_programs,
+    state_in_place,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -63,6 +69,11 @@ def test_llama_decode_on_cuda(dtype, monkeypatch):
     # a decode step: the dims record up, nothing down, no cache bytes on the device
     want = expected_step_bytes(dec)
     assert {k: rt[k] for k in want} == want
+    # every graph (prefill too) ran on the device path: Dynamo's float inputs (0-d CPU tensors) and
+    # the StaticCache's CPU position counter before prefill are fed from the host as scalars
+    assert host_scalars(dec) and dec.host_fed == host_scalars(dec)
+    assert all(p.paths["host"] == 0 for p in programs), [p.paths for p in programs]
+    assert all(r["d2h_total"] == 0 for p in programs for r in p.model.stats["runtimes"]), "nothing read back"
 
 
 def test_decode_runs_on_a_side_stream():
