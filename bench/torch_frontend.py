@@ -128,7 +128,13 @@ def main(argv=None) -> None:
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile(mode='reduce-overhead')")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager HF run")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    ap.add_argument("--dynamic-floats", action="store_true",
+                    help="keep Dynamo's default specialize_float=False: every float the model reads (RMSNorm "
+                         "eps, attention scaling) becomes a runtime input, which hides it from luminal's fusion "
+                         "rules (docs/torch.md)")  # fmt: skip
     a = ap.parse_args(argv)
+    # floats as guarded constants (both torch.compile engines alike): see docs/torch.md, "Floats"
+    torch._dynamo.config.specialize_float = not a.dynamic_floats
     dynamo.Program = _Recorded  # record the backend's Programs (read-only use: counters)
     cfg = TINY if a.tiny else llama.CONFIGS[a.preset]
     if a.layers:
@@ -143,7 +149,8 @@ def main(argv=None) -> None:
     prompt = torch.randint(0, cfg.vocab_size, (1, a.prompt), device=device)
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     print(f"# {'tiny' if a.tiny else a.preset}, {cfg.n_layers} layers, {a.dtype}, backend {a.backend}, "
-          f"device {device}, prompt {a.prompt}, new {a.new}, {versions}")  # fmt: skip
+          f"device {device}, prompt {a.prompt}, new {a.new}, {versions}, "
+          f"specialize_float={torch._dynamo.config.specialize_float}")  # fmt: skip
 
     with torch.no_grad():
         # the zoo's llama: the same shapes as a luminal graph (random weights of its own)

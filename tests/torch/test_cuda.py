@@ -56,6 +56,10 @@ def test_llama_decode_on_cuda(dtype, monkeypatch):
     assert lt.counters["compiles"] - before == 2
 
     dec = decode_program(programs)
+    # every graph (prefill too) ran on the device path: Dynamo's float inputs (0-d CPU tensors) and
+    # the StaticCache's CPU position counter before prefill are fed from the host as scalars (they
+    # once sent every graph down the host path: the KV cache through the host each token)
+    assert all(p.paths["host"] == 0 for p in programs), [p.paths for p in programs]
     rt = dec.model.stats["runtime"]
     assert rt["runs"] == 2 * steps
     # one graph per cache object (two prompts: two StaticCaches, new addresses), none per token
@@ -69,11 +73,7 @@ def test_llama_decode_on_cuda(dtype, monkeypatch):
     # a decode step: the dims record up, nothing down, no cache bytes on the device
     want = expected_step_bytes(dec)
     assert {k: rt[k] for k in want} == want
-    # every graph (prefill too) ran on the device path: Dynamo's float inputs (0-d CPU tensors) and
-    # the StaticCache's CPU position counter before prefill are fed from the host as scalars
-    assert host_scalars(dec) and dec.host_fed == host_scalars(dec)
-    assert all(p.paths["host"] == 0 for p in programs), [p.paths for p in programs]
-    assert all(r["d2h_total"] == 0 for p in programs for r in p.model.stats["runtimes"]), "nothing read back"
+    assert dec.host_fed == host_scalars(dec)  # (none when torch specializes floats)
 
 
 def test_decode_runs_on_a_side_stream():
