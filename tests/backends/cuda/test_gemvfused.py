@@ -73,6 +73,13 @@ def _up_gated(g, dt):  # up * act(gate): the product the other way round
     return _lin(g, x, "Wu", D, H, dt) * _lin(g, x, "Wg", D, H, dt).gelu_tanh()
 
 
+def _gated_f32(g, dt, act="silu"):
+    """nn.GatedMLP's product: act and gating in f32 between casts, rounded once to dt (the models)."""
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    a = getattr(_lin(g, x, "Wg", D, H, dt).cast(lm.f32), act)() * _lin(g, x, "Wu", D, H, dt).cast(lm.f32)
+    return a.cast(dt)
+
+
 def _mlp_block(g, dt):
     """Llama's MLP half-block: h + down(silu(gate(norm(h))) * up(norm(h)))."""
     h = g.tensor("h", ("s", D), dt)
@@ -118,6 +125,8 @@ BLOCKS = {
     "gated_silu": (_gated, 1, 1),
     "gated_gelu_tanh": (lambda g, dt: _gated(g, dt, "gelu_tanh"), 1, 1),
     "up_gated": (_up_gated, 1, 1),
+    "gated_f32_silu": (_gated_f32, 1, 1),
+    "gated_f32_gelu_tanh": (lambda g, dt: _gated_f32(g, dt, "gelu_tanh"), 1, 1),
     "mlp_block": (_mlp_block, 2, 2),
     "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
     "odd_qkv": (_odd_qkv, 1, 1),
@@ -165,7 +174,11 @@ def _check(g: lm.Graph, llir: LLIRGraph, feed: dict, dt, what: str, run=None, to
     want = g.compile("reference", cache=False).run(feed)
     got = (run or CpuCudaBackend().load(llir).run)(feed, {"s": 1})
     for name, arr in want.items():
-        assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, dt, tol, f"{what}/{name} {llir.op_counts()}")
+        a = np.asarray(got[name]).reshape(arr.shape)
+        if arr.dtype != dt.np:  # a dt value cast at the end (f32 logits): its dt values, to dt's tolerance
+            assert a.dtype == arr.dtype, (what, name, a.dtype, arr.dtype)
+            a, arr = a.astype(dt.np), arr.astype(dt.np)
+        assert_matches(a, arr, dt, tol, f"{what}/{name} {llir.op_counts()}")
 
 
 def _compiles(ops) -> None:
@@ -228,6 +241,30 @@ def test_what_each_fused_op_holds():
     assert len(gated.ns) == 2 and gated.out_size() is gated.ns[0], gated
     down = [op for op in _launches(_preferred(_graph("mlp_block", lm.bf16))) if op.epi and op.m == 1]
     assert len(down) == 1 and down[0].x == (), down  # the gated product is read, not recomputed per block
+
+
+@pytest.mark.parametrize("name", ["gated_f32_silu", "gated_f32_gelu_tanh"])
+def test_cast_epilogues_equal_the_unfused_plan_bit_for_bit(name):
+    """bf16 models round the GEMVs to bf16, compute the gating (or nothing) in f32 and cast: the
+    fused epilogue reads each dot product through that cast (an exact operand: rounded to bf16
+    first), so its values are the unfused plan's (the cast as a KernelFused of its own) bit for bit."""
+    g = _graph(name, lm.bf16)
+    view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
+    fused = view.repair(view.preferred_genome(preference(CpuCudaBackend())))
+    plain = list(fused)
+    for c in view.classes:
+        names = [view._op_name(m) for m in view.choices[c]]
+        if names[fused[view.index[c]]] == "KernelGemvFused" and "KernelCast" in names:
+            plain[view.index[c]] = names.index("KernelFused")
+    after, before = view.extract(fused), view.extract(view.repair(plain))
+    assert [type(op).__name__ for op in _launches(after)] == ["KernelGemvFused"], after.op_counts()
+    assert before.op_counts()["KernelFused"] == 1 and len(_launches(before)) == 2, before.op_counts()
+    for seed in (1, 2):
+        feed = _feed(g, {"s": 1}, seed)
+        got, want = (CpuCudaBackend().load(p).run(feed, {"s": 1})["y"] for p in (after, before))
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{name} seed {seed}")
+    _compiles(_launches(after))
 
 
 def test_rules_do_not_fire_off_decode():
@@ -380,7 +417,7 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, sche
 
     monkeypatch.setattr(gemv, "SMS", 1)
     names = ("prologue", "mlp_block", "odd_qkv", "odd_gated")  # each tile costs a few barriers of 256 threads
-    names += ("up_gated", "qkv", "lm_head") if schedule == "own" else ()
+    names += ("up_gated", "qkv", "lm_head", "gated_f32_silu") if schedule == "own" else ()
     plans = {name: _preferred(_graph(name, dt)) for name in names}
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
     pick = (lambda op: op.variant()) if schedule == "own" else (lambda op: replace(op.variant(), split=4, unroll=1))

@@ -29,9 +29,10 @@ BOUNDS = {"s": (1, 1), "r": (1, 1), "p": (0, CAP - 1)}  # the decode bucket (mod
 PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gemma3": (gemma, "gemma-3-1b")}
 # launches per layer: llama / qwen3 -- the stacked q/k/v GEMV (with the attention norm), q's rotary,
 # k's rotary (+ q/k-norm) written into the cache, v written into the cache, attention (decode +
-# combine), o-proj + residual, gate/up (with the MLP norm), silu(gate) * up, down + residual.
-# gemma3: its GEMVs are not fused yet (cuBLASLt + norms around them: gemvfused.egg's area).
-PER_LAYER = {"llama": 10, "qwen3": 10, "gemma3": 12}
+# combine), o-proj + residual, gate/up with the MLP norm and silu(gate) * up as its epilogue
+# (gemv-gated through the bf16 casts), down + residual.
+# gemma3: o_proj and down_proj are cuBLASLt + norms around them.
+PER_LAYER = {"llama": 9, "qwen3": 9, "gemma3": 11}
 
 
 def step(name: str, layers: int, small: bool = False):
