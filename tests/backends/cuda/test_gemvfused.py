@@ -80,6 +80,10 @@ def _gated_f32(g, dt, act="silu"):
     return a.cast(dt)
 
 
+def _logits(g, dt):  # the models' lm_head: final norm, GEMV, logits cast to f32
+    return _lin(g, _norm(g, g.tensor("x", ("s", D), dt), dt), "W", D, 300, dt).cast(lm.f32)
+
+
 def _mlp_block(g, dt):
     """Llama's MLP half-block: h + down(silu(gate(norm(h))) * up(norm(h)))."""
     h = g.tensor("h", ("s", D), dt)
@@ -127,6 +131,7 @@ BLOCKS = {
     "up_gated": (_up_gated, 1, 1),
     "gated_f32_silu": (_gated_f32, 1, 1),
     "gated_f32_gelu_tanh": (lambda g, dt: _gated_f32(g, dt, "gelu_tanh"), 1, 1),
+    "logits_f32": (_logits, 1, 1),
     "mlp_block": (_mlp_block, 2, 2),
     "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
     "odd_qkv": (_odd_qkv, 1, 1),
@@ -243,7 +248,7 @@ def test_what_each_fused_op_holds():
     assert len(down) == 1 and down[0].x == (), down  # the gated product is read, not recomputed per block
 
 
-@pytest.mark.parametrize("name", ["gated_f32_silu", "gated_f32_gelu_tanh"])
+@pytest.mark.parametrize("name", ["gated_f32_silu", "gated_f32_gelu_tanh", "logits_f32"])
 def test_cast_epilogues_equal_the_unfused_plan_bit_for_bit(name):
     """bf16 models round the GEMVs to bf16, compute the gating (or nothing) in f32 and cast: the
     fused epilogue reads each dot product through that cast (an exact operand: rounded to bf16
@@ -417,7 +422,7 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, sche
 
     monkeypatch.setattr(gemv, "SMS", 1)
     names = ("prologue", "mlp_block", "odd_qkv", "odd_gated")  # each tile costs a few barriers of 256 threads
-    names += ("up_gated", "qkv", "lm_head", "gated_f32_silu") if schedule == "own" else ()
+    names += ("up_gated", "qkv", "lm_head", "gated_f32_silu", "logits_f32") if schedule == "own" else ()
     plans = {name: _preferred(_graph(name, dt)) for name in names}
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
     pick = (lambda op: op.variant()) if schedule == "own" else (lambda op: replace(op.variant(), split=4, unroll=1))

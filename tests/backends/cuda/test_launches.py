@@ -33,6 +33,10 @@ PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gem
 # (gemv-gated through the bf16 casts), down + residual.
 # gemma3: o_proj and down_proj are cuBLASLt + norms around them.
 PER_LAYER = {"llama": 9, "qwen3": 9, "gemma3": 11}
+# launches per step outside the layers: the embedding's gather, the rows' gather, the lm_head GEMV
+# (the final norm as its prologue, the f32 cast of the logits as its epilogue: gemv-cast); gemma3
+# also scales the embedding by sqrt(dim) in a kernel of its own
+BEYOND = {"llama": 3, "qwen3": 3, "gemma3": 4}
 
 
 def step(name: str, layers: int, small: bool = False):
@@ -58,6 +62,7 @@ def test_decode_step_launches_per_layer(name, fake):
     per = c2 - c1
     print(f"\n{name}: 1 layer {c1.total()} launches, 2 layers {c2.total()}; per layer {per.total()} {dict(per)}")
     assert per.total() <= PER_LAYER[name], dict(per)
+    assert c1.total() - per.total() <= BEYOND[name], dict(c1)
     for llir in (one, two):
         ops = launch_summary(llir)
         # the stacked GEMV's products are read where they are used, never copied out
@@ -157,7 +162,7 @@ def test_decode_step_on_the_gpu(name):
     backend = CudaBackend()
     llir = _preferred(model.graph, backend, BOUNDS)
     ex = backend.load(llir)
-    assert ex.stats["launches"] <= 4 + PER_LAYER[name], ex.stats  # 14 on the CPU count (test above)
+    assert ex.stats["launches"] <= BEYOND[name] + PER_LAYER[name], ex.stats  # 12 on the CPU count (test above)
     feed, dims = _feed(model)
     want = ReferenceExecutor(model.graph.nodes, model.graph.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
     got = ex.run({k: v.copy() for k, v in feed.items()}, dims)
