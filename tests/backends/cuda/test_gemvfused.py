@@ -27,6 +27,7 @@ from luminal.egraph.compile import build_egraph, preference
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.search import sample_genomes
 from luminal.hlir import HLIR_OPS
+from luminal.shape.expr import num
 from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.helpers import assert_matches
 
@@ -270,6 +271,24 @@ def test_cast_epilogues_equal_the_unfused_plan_bit_for_bit(name):
         assert np.asarray(got).dtype == np.asarray(want).dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{name} seed {seed}")
     _compiles(_launches(after))
+
+
+def test_a_kept_slice_aliases_the_stacked_product_without_a_launch(fake):
+    """A plan that keeps a KernelSlice (sampled, kernels only: the stacked q/k/v read through slices)
+    gives it the stacked buffer's bytes at its offset (alias()) and launches nothing for it; the
+    values are the reference's on the fake device, where a missing alias would read garbage."""
+    from luminal.backends.cuda import runtime
+
+    assert KernelSlice(num(3), num(5), lm.bf16).render(SLOTS).launches == ()
+    g = _graph("qkv", lm.bf16)
+    plans = [p for p in sample_genomes(build_egraph(g, CpuCudaBackend(), {"s": (1, 1)}), 24, seed=5)
+             if "KernelSlice" in p.op_counts() and not any(isinstance(n.op, HostOp) for n in p.nodes)]  # fmt: skip
+    assert plans
+    for llir in plans[:2]:
+        ex = runtime.CudaExecutor(llir.nodes)
+        fake.bind(ex)
+        assert not any(isinstance(llir.nodes[s.node].op, KernelSlice) for s in ex.steps), llir.op_counts()
+        _check(g, llir, _feed(g, {"s": 1}, 4), lm.bf16, "kept slices", ex.run)
 
 
 def test_rules_do_not_fire_off_decode():

@@ -36,7 +36,6 @@ from luminal.backends.cuda.kernel import (
     Launch,
     c_expr,
     dim_decls,
-    elementwise,
     headers,
     name_code,
     store,
@@ -311,7 +310,7 @@ def _coords(row: Expression, shape: EList) -> tuple:
 class KernelSlice(KernelOp):
     """Elements offset .. offset + n - 1 of input 0 (dtype `dtype`): one product of a stacked
     KernelGemvFused. An alias (`alias()`: the runtime gives it input 0's bytes from that offset,
-    no copy and no launch); `render` is the copy a runtime without aliasing launches instead."""
+    luminal/backends/aliasing.py), so it renders no code and no launch: its bytes are already there."""
 
     offset: Expression
     n: Expression
@@ -336,9 +335,7 @@ class KernelSlice(KernelOp):
         return np.array(np.asarray(ins[0])[off : off + n])
 
     def render(self, slots) -> Kernel:
-        decls = dim_decls(self.dim_names(), slots)
-        body = f"      out[i] = in0[i + {c_expr(self.offset)}];"
-        return elementwise(self.prefix, self.dtype, [self.dtype], self.n, body, decls, headers(self.dtype))
+        return Kernel("", (), frozenset())
 
 
 # preference order (backend.py): a slice of the stacked q/k/v GEMV before a GEMV of its own
