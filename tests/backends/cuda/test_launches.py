@@ -31,8 +31,10 @@ PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gem
 # k's rotary (+ q/k-norm) written into the cache, v written into the cache, attention (decode +
 # combine), o-proj + residual, gate/up with the MLP norm and silu(gate) * up as its epilogue
 # (gemv-gated through the bf16 casts), down + residual.
-# gemma3: o_proj and down_proj are cuBLASLt + norms around them.
-PER_LAYER = {"llama": 9, "qwen3": 9, "gemma3": 11}
+# gemma3: the same less the MLP's residual, plus o_proj and down_proj on their own (a post-norm
+# reads their whole row) and one stored residual sum: h + norm(o) is recomputed by the gated GEMV's
+# prologue (gemv-x-resnorm), h + norm(o) + norm(down) stored by one fused kernel.
+PER_LAYER = {"llama": 9, "qwen3": 9, "gemma3": 10}
 # launches per step outside the layers: the embedding's gather, the rows' gather, the lm_head GEMV
 # (the final norm as its prologue, the f32 cast of the logits as its epilogue: gemv-cast); gemma3
 # also scales the embedding by sqrt(dim) in a kernel of its own
@@ -129,6 +131,25 @@ def test_decode_step_plan_agrees_with_the_reference(name, fake):
     _check(name, model, feed, got, want)
     for label in want:
         np.testing.assert_array_equal(got[label], old[label], err_msg=f"{name} {label}")
+
+
+def test_gemma_decode_plan_recomputes_every_other_residual_sum():
+    """Gemma's residual stream h + norm(o) (post-attention and post-feedforward norms): the gated
+    GEMV of each layer computes its x from h and o (gemv-x-resnorm: KernelLoad 0 and 1), so only
+    the layer's output sum is stored; the 2-layer plan (reference semantics of every kernel, on
+    the CPU: cuBLASLt calls included) agrees with the HLIR."""
+    model = step("gemma3", 2, small=True)
+    g = model.graph
+    llir = _preferred(g, None, BOUNDS)
+    gated = [n.op for n in llir.nodes if type(n.op).__name__ == "KernelGemvFused" and n.op.m == 2 and n.op.epi]
+    assert len(gated) == 2 and all(op.base == op.m + 2 for op in gated), gated  # x from the two loads
+    fused = [n.op for n in llir.nodes if type(n.op).__name__ == "KernelFused"]
+    sums = [op for op in fused if type(op.root).__name__ == "KernelAdd"]
+    assert len(sums) == 2, sums  # one stored residual sum per layer (the layer's output)
+    feed, dims = _feed(model)
+    want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+    got = ReferenceExecutor(llir.nodes, llir.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
+    _check("gemma3", model, feed, got, want)
 
 
 def test_every_sampled_decode_extraction_agrees_with_the_reference():
