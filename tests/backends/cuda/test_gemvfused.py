@@ -104,7 +104,7 @@ def _gemma_mlp(g, dt, d=D, hidden=H, d_attn=H):
     h = g.tensor("h", ("s", d), dt).exp() * 0.5  # a computed stream value (an input is read as a leaf)
     s = h + _post(g, _lin(g, g.tensor("a", ("s", d_attn), dt), "Wo", d_attn, d, dt), dt, "wpa")
     x = _post(g, s, dt, "wpre")
-    y = (_lin(g, x, "Wg", d, hidden, dt).cast(lm.f32).gelu_tanh() * _lin(g, x, "Wu", d, hidden, dt).cast(lm.f32))
+    y = _lin(g, x, "Wg", d, hidden, dt).cast(lm.f32).gelu_tanh() * _lin(g, x, "Wu", d, hidden, dt).cast(lm.f32)
     return s + _post(g, _lin(g, y.cast(dt), "Wd", hidden, d, dt), dt, "wpost")
 
 
