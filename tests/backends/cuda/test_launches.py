@@ -149,7 +149,12 @@ def test_gemma_decode_plan_recomputes_every_other_residual_sum():
     feed, dims = _feed(model)
     want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
     got = ReferenceExecutor(llir.nodes, llir.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
-    _check("gemma3", model, feed, got, want)
+    # the logits to docs/numerics.md's row-scaled bf16 tolerance (3e-2 of the row's max |logit|:
+    # Gemma's logits reach ~14 here, so an elementwise bf16 bound is tighter than the models' own);
+    # the caches like the other models' plans
+    a, b = (np.asarray(x["logits"], np.float64).reshape(-1) for x in (got, want))
+    assert np.abs(a - b).max() <= 3e-2 * np.abs(b).max(), (np.abs(a - b).max(), np.abs(b).max())
+    _check("gemma3", model, feed, got, {k: v for k, v in want.items() if k != "logits"})
 
 
 def test_every_sampled_decode_extraction_agrees_with_the_reference():
