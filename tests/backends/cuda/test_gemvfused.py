@@ -27,6 +27,7 @@ from luminal.egraph.compile import build_egraph, preference
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.search import sample_genomes
 from luminal.hlir import HLIR_OPS
+from luminal.shape.expr import num
 from tests.backends.cuda.test_lowering import CpuCudaBackend
 from tests.helpers import assert_matches
 
@@ -73,12 +74,38 @@ def _up_gated(g, dt):  # up * act(gate): the product the other way round
     return _lin(g, x, "Wu", D, H, dt) * _lin(g, x, "Wg", D, H, dt).gelu_tanh()
 
 
+def _gated_f32(g, dt, act="silu"):
+    """nn.GatedMLP's product: act and gating in f32 between casts, rounded once to dt (the models)."""
+    x = _norm(g, g.tensor("x", ("s", D), dt), dt)
+    a = getattr(_lin(g, x, "Wg", D, H, dt).cast(lm.f32), act)() * _lin(g, x, "Wu", D, H, dt).cast(lm.f32)
+    return a.cast(dt)
+
+
+def _logits(g, dt):  # the models' lm_head: final norm, GEMV, logits cast to f32
+    return _lin(g, _norm(g, g.tensor("x", ("s", D), dt), dt), "W", D, 300, dt).cast(lm.f32)
+
+
 def _mlp_block(g, dt):
     """Llama's MLP half-block: h + down(silu(gate(norm(h))) * up(norm(h)))."""
     h = g.tensor("h", ("s", D), dt)
     x = _norm(g, h, dt)
     a = _lin(g, x, "Wg", D, H, dt).silu() * _lin(g, x, "Wu", D, H, dt)
     return h + _lin(g, a, "Wd", H, D, dt)
+
+
+def _post(g, x, dt, name):  # Gemma's RMSNorm: weight stored as w - 1
+    w = g.tensor(name, (x.shape[-1],), dt).persist()
+    return (x.cast(lm.f32).rms_norm(-1, 1e-5) * (w.cast(lm.f32) + 1.0)).cast(dt)
+
+
+def _gemma_mlp(g, dt, d=D, hidden=H, d_attn=H):
+    """Gemma's residual around post-norms: s = h + norm(o_proj(a)), then its MLP half-block on s. The
+    gated GEMV computes x = norm(s) from h and o (gemv-x-resnorm), so s is never stored."""
+    h = g.tensor("h", ("s", d), dt).exp() * 0.5  # a computed stream value (an input is read as a leaf)
+    s = h + _post(g, _lin(g, g.tensor("a", ("s", d_attn), dt), "Wo", d_attn, d, dt), dt, "wpa")
+    x = _post(g, s, dt, "wpre")
+    y = _lin(g, x, "Wg", d, hidden, dt).cast(lm.f32).gelu_tanh() * _lin(g, x, "Wu", d, hidden, dt).cast(lm.f32)
+    return s + _post(g, _lin(g, y.cast(dt), "Wd", hidden, d, dt), dt, "wpost")
 
 
 def _qkv(g, dt):
@@ -118,6 +145,10 @@ BLOCKS = {
     "gated_silu": (_gated, 1, 1),
     "gated_gelu_tanh": (lambda g, dt: _gated(g, dt, "gelu_tanh"), 1, 1),
     "up_gated": (_up_gated, 1, 1),
+    "gated_f32_silu": (_gated_f32, 1, 1),
+    "gated_f32_gelu_tanh": (lambda g, dt: _gated_f32(g, dt, "gelu_tanh"), 1, 1),
+    "logits_f32": (_logits, 1, 1),
+    "gemma_mlp": (_gemma_mlp, 5, 1),  # h * 1.5, o_proj, the gated GEMV (x from h and o), down, the output sum
     "mlp_block": (_mlp_block, 2, 2),
     "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
     "odd_qkv": (_odd_qkv, 1, 1),
@@ -165,7 +196,11 @@ def _check(g: lm.Graph, llir: LLIRGraph, feed: dict, dt, what: str, run=None, to
     want = g.compile("reference", cache=False).run(feed)
     got = (run or CpuCudaBackend().load(llir).run)(feed, {"s": 1})
     for name, arr in want.items():
-        assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, dt, tol, f"{what}/{name} {llir.op_counts()}")
+        a = np.asarray(got[name]).reshape(arr.shape)
+        if arr.dtype != dt.np:  # a dt value cast at the end (f32 logits): its dt values, to dt's tolerance
+            assert a.dtype == arr.dtype, (what, name, a.dtype, arr.dtype)
+            a, arr = a.astype(dt.np), arr.astype(dt.np)
+        assert_matches(a, arr, dt, tol, f"{what}/{name} {llir.op_counts()}")
 
 
 def _compiles(ops) -> None:
@@ -217,6 +252,20 @@ def test_real_shapes_compile_for_sm90(dt, dim, hidden):
         assert spill == 0 and regs <= 64, (name, regs, spill)
 
 
+def test_gemma_shapes_compile_for_sm90():
+    """gemma-3-1b's MLP half-block (dim 1152, hidden 6912, 1024 attention features) in bf16: the
+    gated GEMV's x computed from h and o_proj's product (two row reductions in the prologue) keeps
+    the 64-register promise without spilling."""
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
+    g = lm.Graph()
+    _gemma_mlp(g, lm.bf16, 1152, 6912, 1024).output("y")
+    fused = [op for op in _launches(_preferred(g)) if isinstance(op, KernelGemvFused)]
+    assert len(fused) == 1 and fused[0].base == fused[0].m + 2, fused  # x from the two loads
+    for name, (regs, spill) in ptxas_usage([op.render(SLOTS) for op in fused]).items():
+        assert spill == 0 and regs <= 64, (name, regs, spill)
+
+
 def test_what_each_fused_op_holds():
     (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
     assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
@@ -228,6 +277,48 @@ def test_what_each_fused_op_holds():
     assert len(gated.ns) == 2 and gated.out_size() is gated.ns[0], gated
     down = [op for op in _launches(_preferred(_graph("mlp_block", lm.bf16))) if op.epi and op.m == 1]
     assert len(down) == 1 and down[0].x == (), down  # the gated product is read, not recomputed per block
+
+
+@pytest.mark.parametrize("name", ["gated_f32_silu", "gated_f32_gelu_tanh", "logits_f32"])
+def test_cast_epilogues_equal_the_unfused_plan_bit_for_bit(name):
+    """bf16 models round the GEMVs to bf16, compute the gating (or nothing) in f32 and cast: the
+    fused epilogue reads each dot product through that cast (an exact operand: rounded to bf16
+    first), so its values are the unfused plan's (the cast as a KernelFused of its own) bit for bit."""
+    g = _graph(name, lm.bf16)
+    view = build_egraph(g, CpuCudaBackend(), {"s": (1, 1)})
+    fused = view.repair(view.preferred_genome(preference(CpuCudaBackend())))
+    plain = list(fused)
+    for c in view.classes:
+        names = [view._op_name(m) for m in view.choices[c]]
+        if names[fused[view.index[c]]] == "KernelGemvFused" and "KernelCast" in names:
+            plain[view.index[c]] = names.index("KernelFused")
+    after, before = view.extract(fused), view.extract(view.repair(plain))
+    assert [type(op).__name__ for op in _launches(after)] == ["KernelGemvFused"], after.op_counts()
+    assert before.op_counts()["KernelFused"] == 1 and len(_launches(before)) == 2, before.op_counts()
+    for seed in (1, 2):
+        feed = _feed(g, {"s": 1}, seed)
+        got, want = (CpuCudaBackend().load(p).run(feed, {"s": 1})["y"] for p in (after, before))
+        assert np.asarray(got).dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{name} seed {seed}")
+    _compiles(_launches(after))
+
+
+def test_a_kept_slice_aliases_the_stacked_product_without_a_launch(fake):
+    """A plan that keeps a KernelSlice (sampled, kernels only: the stacked q/k/v read through slices)
+    gives it the stacked buffer's bytes at its offset (alias()) and launches nothing for it; the
+    values are the reference's on the fake device, where a missing alias would read garbage."""
+    from luminal.backends.cuda import runtime
+
+    assert KernelSlice(num(3), num(5), lm.bf16).render(SLOTS).launches == ()
+    g = _graph("qkv", lm.bf16)
+    plans = [p for p in sample_genomes(build_egraph(g, CpuCudaBackend(), {"s": (1, 1)}), 24, seed=5)
+             if "KernelSlice" in p.op_counts() and not any(isinstance(n.op, HostOp) for n in p.nodes)]  # fmt: skip
+    assert plans
+    for llir in plans[:2]:
+        ex = runtime.CudaExecutor(llir.nodes)
+        fake.bind(ex)
+        assert not any(isinstance(llir.nodes[s.node].op, KernelSlice) for s in ex.steps), llir.op_counts()
+        _check(g, llir, _feed(g, {"s": 1}, 4), lm.bf16, "kept slices", ex.run)
 
 
 def test_rules_do_not_fire_off_decode():
@@ -380,7 +471,7 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, sche
 
     monkeypatch.setattr(gemv, "SMS", 1)
     names = ("prologue", "mlp_block", "odd_qkv", "odd_gated")  # each tile costs a few barriers of 256 threads
-    names += ("up_gated", "qkv", "lm_head") if schedule == "own" else ()
+    names += ("up_gated", "qkv", "lm_head", "gated_f32_silu", "logits_f32", "gemma_mlp") if schedule == "own" else ()
     plans = {name: _preferred(_graph(name, dt)) for name in names}
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
     pick = (lambda op: op.variant()) if schedule == "own" else (lambda op: replace(op.variant(), split=4, unroll=1))

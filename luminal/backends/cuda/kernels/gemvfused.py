@@ -12,9 +12,10 @@ its own buffer: nothing is copied or concatenated), then the bodies' leaves, num
   The schedule is gemv.looped: a grid of at most one wave of blocks that each compute x once and
   walk many rows, the first rows' weights prefetched into L2 while x is computed.
 * `epi` (one expression, "zip" mode): every weight has n = ns[0] rows, output row j is `epi` at j
-  where `KernelAcc(q)` is the f32 dot product of x with row j of weight q (held unrounded, like
-  every value inside a fused kernel): a residual or bias add, or the gate of a gated MLP,
-  act(acc0) * acc1. The output has epi's dtype and n elements.
+  where `KernelAcc(q)` is the dot product of x with row j of weight q (summed in f32 and rounded to
+  `dtype`, as the unfused GEMV stores it; every node of a fused body rounds its result to its own
+  dtype, docs/numerics.md): a residual or bias add, or the gate of a gated MLP, act(acc0) * acc1.
+  The output has epi's dtype and n elements.
 * `epi` empty ("stack" mode): the output is the m products one after another (sum of ns
   elements), each rounded to `dtype`: the q/k/v projections of one x in one launch; each product
   is a KernelSlice of it (an alias, slice.py).
@@ -36,12 +37,11 @@ from luminal.backends.cuda.kernel import (
     Launch,
     c_expr,
     dim_decls,
-    elementwise,
     headers,
     name_code,
     store,
 )
-from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape, wide
+from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape
 from luminal.backends.cuda.kernels.fused import leaf_dtypes, row_code, row_coords
 from luminal.backends.cuda.kernels.gemv import _DOT, GemvSource, GemvVariant, check_gemv, gemv_code, gemv_grid, looped
 from luminal.dtype import DType
@@ -184,7 +184,6 @@ class KernelGemvFused(KernelOp):
     def reference(self, ins, in_dtypes, env):
         m, k, b = self.m, int(self.k.evaluate(env)), self.base
         leaves, leaf_dts = list(ins[b:]), tuple(in_dtypes[b:])
-        exact = lambda op: op.exact_operands  # noqa: E731
         x = self.x[0] if self.x else None
         epi = self.epi
         if b > m:  # the inputs the bodies load: more leaves for the evaluation
@@ -198,7 +197,7 @@ class KernelGemvFused(KernelOp):
         elif isinstance(x, FLeaf):
             xv = np.asarray(leaves[x.index])
         else:
-            xv = fexpr.evaluate(x.op, x.args, leaves, leaf_dts, env, hold=wide, exact=exact)
+            xv = fexpr.evaluate(x.op, x.args, leaves, leaf_dts, env)  # every node rounded to its dtype
         xv = xv.reshape(-1)[:k].astype(np.float32)
         accs = []
         for q, (n, ld) in enumerate(zip(self.ns, self.lds, strict=True)):
@@ -212,7 +211,7 @@ class KernelGemvFused(KernelOp):
         all_dts = (*leaf_dts, *(self.dtype,) * m)
         if isinstance(epi, FLeaf):
             return accs[epi.index - base].astype(self.dtype.np)
-        return fexpr.evaluate(epi.op, epi.args, [*leaves, *accs], all_dts, env, hold=wide, exact=exact)
+        return fexpr.evaluate(epi.op, epi.args, [*leaves, *accs], all_dts, env)  # accs rounded to dtype where read
 
     # -- code ---------------------------------------------------------------------------------------
     def variant(self) -> GemvVariant:
@@ -311,7 +310,7 @@ def _coords(row: Expression, shape: EList) -> tuple:
 class KernelSlice(KernelOp):
     """Elements offset .. offset + n - 1 of input 0 (dtype `dtype`): one product of a stacked
     KernelGemvFused. An alias (`alias()`: the runtime gives it input 0's bytes from that offset,
-    no copy and no launch); `render` is the copy a runtime without aliasing launches instead."""
+    luminal/backends/aliasing.py), so it renders no code and no launch: its bytes are already there."""
 
     offset: Expression
     n: Expression
@@ -336,9 +335,7 @@ class KernelSlice(KernelOp):
         return np.array(np.asarray(ins[0])[off : off + n])
 
     def render(self, slots) -> Kernel:
-        decls = dim_decls(self.dim_names(), slots)
-        body = f"      out[i] = in0[i + {c_expr(self.offset)}];"
-        return elementwise(self.prefix, self.dtype, [self.dtype], self.n, body, decls, headers(self.dtype))
+        return Kernel("", (), frozenset())
 
 
 # preference order (backend.py): a slice of the stacked q/k/v GEMV before a GEMV of its own
