@@ -48,8 +48,9 @@ class DecodeVariant:
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(unroll=2), DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5), DecodeVariant(min_chunk=32),
-              DecodeVariant(target_blocks=1056), DecodeVariant(max_rows=2, target_blocks=1056),
+    for v in (DECODE, DecodeVariant(unroll=2), DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
+              DecodeVariant(max_rows=2, target_blocks=1056),
+              DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2))
 }  # fmt: skip
 
@@ -215,7 +216,8 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
         result = (f"      scratch[(row * {nsplit} + split) * {hd} + d] = A;\n"
                   f"      if (d == 0) {{ float* ml = scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * hd} + "
                   f"(row * {nsplit} + split) * 2; ml[0] = M; ml[1] = L; }}\n")  # fmt: skip
-    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void __launch_bounds__({THREADS}, {sp.variant.min_blocks})
+    bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
+    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
 KNAME_{tag}{_params(t, sp.paged)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
@@ -246,11 +248,11 @@ KNAME_{tag}{_params(t, sp.paged)} {{
   }}
   const {t}* kp = k + h * ({ksh}) + d0;
   const {t}* vp = v + h * ({vsh}) + d0;
-  for (long long base = kb + slot; base < ke + slot; base += {ns * u_}) {{  // uniform trip count: shuffles see every lane
+  for (long long base = kb + slot; base < ke + slot; base += {ns * u_}) {{  // same trip count: shuffles see all lanes
     uint4 kr[{u_}][{nv}], vr[{u_}][{nv}];
 #pragma unroll
     for (int u = 0; u < {u_}; ++u) {{  // all loads first: {u_ * 2 * nv} vectors of 16 bytes in flight per lane
-      const long long j = base + u * {ns} < ke ? base + u * {ns} : ke - 1;  // past the chunk: a key read twice, masked below
+      const long long j = base + u * {ns} < ke ? base + u * {ns} : ke - 1;  // past the chunk: reread, masked
       const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j")} * ({ksk}));
       const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j")} * ({vsk}));
 {loads}    }}
