@@ -143,9 +143,10 @@ class Emulated:
     """The ops' kernels compiled for the CPU into one library (one g++ run);
     `run(op, q, k, v, env)` runs every launch of `op` in order."""
 
-    def __init__(self, ops: list[KernelAttention], slots: dict[str, int], tmp: Path):
-        self.slots = slots
-        self.kernels = {op: op.render(slots) for op in ops}
+    def __init__(self, ops: list[KernelAttention], slots: dict[str, int], tmp: Path, variant=None):
+        """`variant`: the decode schedule (attention_decode.DecodeVariant) every op renders with."""
+        self.slots, self.variant = slots, variant
+        self.kernels = {op: op.render(slots, variant) for op in ops}
         parts = []
         for op, kern in self.kernels.items():
             code = kern.code
@@ -176,7 +177,8 @@ class Emulated:
                 dims[i] = env[name]
         n = int(op.out_size().evaluate(env))
         out = np.full(n + 8, np.nan, op.dtype.np)  # 8 past the end: must stay untouched
-        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(grid_env or env)) // 4), np.nan, np.float32)
+        size = int(op.scratch_bytes(self.variant).evaluate(grid_env or env))
+        scratch = np.full(max(1, size // 4), np.nan, np.float32)
         ptrs = (ctypes.c_void_p * (1 + len(ins)))(*(a.ctypes.data for a in (out, *ins)))
         args = [ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(scratch.ctypes.data)]
         for ln in self.kernels[op].launches:  # as in a CUDA graph: a gated-off launch still runs one block

@@ -4,16 +4,23 @@ combine pass, and the C pieces the prefill kernel shares (dtype conversions, the
 Decode kernel: one block of THREADS threads per (kv head, group chunk of R query heads, query row
 i, KV split). The block reads its slice of the visible key range [lo, hi) of row i once and uses
 every K and V load for all R query heads of the chunk (GQA sharing). A key's head_dim values are
-spread over LPK consecutive lanes, DL values (two 16-byte vectors) each; the block's
-NS = THREADS / LPK lane groups ("slots") take keys slot, slot + NS, ..., two per step (four
-vector loads in flight per lane), each slot keeping its own online-softmax state (running max m,
-sum l, accumulator) in f32 registers: no barrier in the loop. The slots merge in shared memory at
-the end. The grid is fixed for the plan (NSPLIT splits per row); the live length comes from the
-dims buffer and fixes how many splits are used (chunks of at least min_chunk keys), so the grid
-never changes with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output;
-otherwise it writes (acc, m, l) partials to scratch and the combine pass (one block of head_dim
-threads per row) merges the used splits. Scores are in log2 units (q is pre-multiplied by
-scale * log2 e), so the exponentials are exp2f.
+spread over LPK consecutive lanes, one 16-byte vector each (two for f32 at head_dim 256), so a
+warp load covers 32 / LPK whole keys; the block's NS = THREADS / LPK lane groups ("slots") take
+keys slot, slot + NS, ..., U per loop step: every lane issues its 2U K and V loads before any
+arithmetic (U = 4: 128 bytes in flight per lane, 64 KB per SM at 4 blocks), then the dot
+products (a butterfly of shuffles over the LPK lanes), the online softmax (running max m, sum l
+and accumulator in f32 registers, per slot: no barrier in the loop) and the V sums. A step past
+the split's end rereads its last key and masks it. The slots merge in shared memory at the end.
+Registers: q and the accumulator take 2 R * head_dim / LPK floats (64 at R = 4), the loads 8U;
+`__launch_bounds__(THREADS, 4)` holds the kernel to 128 (ptxas: 128 for 16-bit dtypes, 111-125
+for f32, no spills; test_attention_kernels.py checks).
+The grid is fixed for the plan (NSPLIT splits per row, sized for target_blocks blocks at one query
+row: one wave of 4 blocks per SM); the live length comes from the dims buffer and fixes how many
+splits are used (chunks of at least min_chunk keys, whole loop steps), so the grid never changes
+with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output; otherwise it writes
+(acc, m, l) partials to scratch and the combine pass (one block of head_dim threads per row, the
+splits' (m, l) staged in shared memory) merges the used splits. Scores are in log2 units (q is
+pre-multiplied by scale * log2 e), so the exponentials are exp2f.
 """
 
 from __future__ import annotations
