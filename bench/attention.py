@@ -1,7 +1,8 @@
 """Attention benchmark (GPU machine): KernelAttention next to torch's scaled_dot_product_attention
 (flash and cuDNN backends) on the same tensors.
 
-  python bench/attention.py [--json out.json] [--reps 30] [--quick]
+  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep]
+  python bench/attention.py --dry [--sweep]   # CPU smoke: render + NVRTC (sm_90) + ptxas registers, no GPU
 
 Decode: llama-3.1-8b heads (32 q, 8 kv, head_dim 128), bf16, batch 1, one query at context
 1k / 4k / 16k / 32k (the cache is (8, ctx, 128) per k and v, torch gets the same buffers viewed as
@@ -206,19 +207,46 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     return row
 
 
+def dry(cases: list, sweep: bool) -> int:
+    """Without a GPU: every case's kernels (and with `sweep` every decode schedule) rendered, compiled
+    for sm_90 and their ptxas register / spill counts and grids printed."""
+    from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS, splits
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
+    slots = {"p": 0, "s": 1, "!error": 2}
+    for kind, size in cases:
+        s = 1 if kind == "decode" else size
+        env = {"s": s, "p": size - s}
+        op = _op(size)
+        for v in [DECODE, *(v for v in VARIANTS.values() if v != DECODE)] if sweep and kind == "decode" else [None]:
+            kern = op.render(slots, v)
+            use = ptxas_usage([kern])
+            launches = "  ".join(
+                f"{ln.name.rsplit('_', 1)[1]}: grid {int(ln.grid.evaluate(env))} x {ln.block}, "
+                f"{use[ln.name][0]} regs, {use[ln.name][1]} B spilled"
+                for ln in kern.launches
+            )
+            sched = f"{(v or DECODE).name} ({splits(op.spec(v))} splits)" if kind == "decode" else "prefill"
+            print(f"{kind:7s} {size:6d}  {sched:28s} {launches}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
     ap.add_argument("--sweep", action="store_true", help="also time every decode schedule (attention_decode.VARIANTS)")
+    ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
     args = ap.parse_args(argv)
-    from luminal.backends.cuda import driver
-
-    driver.device()
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
     if args.quick:
         cases = [("decode", 4096), ("prefill", 2048)]
+    if args.dry:
+        return dry(cases, args.sweep)
+    from luminal.backends.cuda import driver
+
+    driver.device()
     rows, bad = [], 0
     for kind, size in cases:
         from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
