@@ -38,7 +38,7 @@ from luminal.backends.aliasing import alias_roots, check_inplace
 from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp, source
-from luminal.backends.cuda.kernels.indexing import KernelGather
+from luminal.backends.cuda.kernels.indexing import KernelGather, KernelGatherFused
 from luminal.errors import BackendError, InputError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import ONE, Expression
@@ -191,7 +191,7 @@ class CudaExecutor:
         t0 = time.perf_counter()
         kslots = {**self.slots, ERROR_SLOT: self._err}
         rendered = {i: n.op.render(kslots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
-        self._reports = any(isinstance(n.op, KernelGather) for n in self.nodes)
+        self._reports = any(isinstance(n.op, (KernelGather, KernelGatherFused)) for n in self.nodes)
         mods = load_kernels(list(rendered.values()))
         self.steps: list[Step] = []
         for i, n in enumerate(self.nodes):  # topological order: kernels and host ops interleaved

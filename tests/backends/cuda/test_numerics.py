@@ -10,7 +10,7 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cuda import nvrtc
-from luminal.backends.cuda.kernel import ERROR_SLOT, KernelOp, source
+from luminal.backends.cuda.kernel import ERROR_SLOT, KernelOp, headers, source
 from luminal.backends.cuda.kernels.io import KernelConstant, c_literal
 from luminal.egraph.compile import CompileOptions, compile_plans
 from luminal.hlir import Constant
@@ -114,11 +114,21 @@ GRAPHS = {"constants": (constants_graph, 0.0), "gather": (gather_graph, 0.0), "d
 
 
 # -- CPU ------------------------------------------------------------------------------------------
+def assert_headers_complete(kernel, what: str) -> None:
+    """Every 16/8-bit float type a kernel's code uses comes with its header in `kernel.headers`
+    (a missing one compiles only when another kernel of the same NVRTC program brings it)."""
+    for dt in (lm.f16, lm.bf16, lm.f8e4m3, lm.f8e5m2):
+        if dt.cuda in kernel.code:
+            assert headers(dt) <= kernel.headers, f"{what} uses {dt.cuda} without {headers(dt)}"
+
+
 @pytest.mark.parametrize("case", sorted(GRAPHS))
 def test_lowered_plan_compiles_and_matches_reference(case, no_cache):
     g, feed = GRAPHS[case][0]()
     ex, (llir,), _ = compile_plans(g, CpuCudaBackend(), CompileOptions(cache=False, search_budget=2))
     kernels = [n.op for n in llir.nodes if isinstance(n.op, KernelOp)]
+    for k in kernels:  # each kernel names its own headers: the runtime compiles kernels in any grouping
+        assert_headers_complete(k.render(SLOTS), type(k).__name__)
     image = nvrtc.compile_cubin(source([k.render(SLOTS) for k in kernels]), arch="sm_90", name=f"{case}.cu")
     assert image[:4] == b"\x7fELF"
     ref = g.compile("reference", cache=False)

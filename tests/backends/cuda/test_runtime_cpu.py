@@ -293,3 +293,20 @@ def test_a_view_alias_reads_its_root_and_keeps_it_alive(fake):
     np.testing.assert_allclose(out["y"], np.sin(np.exp2(x[48:])), rtol=1e-6)
     np.testing.assert_allclose(out["w"], np.sin(np.sin(x)), rtol=1e-6)
     assert ex._ptrs[2] == ex._ptrs[1] + 4 * 48 and ("out", 2) not in ex._plan.offsets
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_every_plan_with_a_gather_reads_its_error_slot_back(fake, fused):
+    """A gather (KernelGather, or KernelGatherFused computing its own index) reports an out-of-range
+    index in the error slot; the runtime must read that slot after a run, or the wrong answer is
+    silent (the H200 showed it: KernelGatherFused plans never raised)."""
+    from luminal.backends.cuda.kernels.indexing import INDEXING_KERNELS, KernelScatter
+
+    g = lm.Graph()
+    x = g.tensor("x", (5, 3))
+    i = g.tensor("i", (2,), lm.i32)
+    x.gather(i).output("y")
+    ex = executor(g, fused)
+    kinds = {type(n.op) for n in ex.nodes} & set(INDEXING_KERNELS)
+    assert kinds and KernelScatter not in kinds, kinds
+    assert ex._reports

@@ -84,7 +84,7 @@ def gather_kernel(op, slots, idx_dtypes: list[DType], data: int, lines: list[str
              f"      if (j >= 0 && j < nd) {{\n        out[i] = in{data}[{di}];\n      }} else {{\n"
              f"        out[i] = {store(dt, '0')};\n{report}      }}")  # fmt: skip
     ins = [*idx_dtypes, dt] if data == len(idx_dtypes) else [dt, *idx_dtypes]
-    return elementwise(op.prefix, dt, ins, prod(op.index_shape), body, decls, headers(dt))
+    return elementwise(op.prefix, dt, ins, prod(op.index_shape), body, decls, headers(*ins))
 
 
 @dataclass(frozen=True)
