@@ -1,6 +1,6 @@
 """Runs KernelAttention's rendered CUDA C on the CPU: g++ (C++20) with one std::thread per CUDA
 thread, warps emulated with barriers (shuffles, and the inline-asm intrinsics of the prefill kernel
--- mma.m16n8k16, ldmatrix.x4.trans, cp.async -- replaced by functions that implement the PTX
+-- mma.m16n8k16, ldmatrix.x4 (.trans), cp.async -- replaced by functions that implement the PTX
 fragment layouts on the warp's exchanged registers). Every launch of the op runs in order with
 the op's grid, block, dims buffer and scratch, exactly as the CUDA runtime would launch them."""
 
@@ -100,6 +100,16 @@ static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
     const unsigned short* r0 = wx[w].p[i * 8 + 2 * (l % 4)];
     const unsigned short* r1 = wx[w].p[i * 8 + 2 * (l % 4) + 1];
     r[i] = (unsigned)r0[l / 4] | ((unsigned)r1[l / 4] << 16);
+  }
+  warp_bar[w]->arrive_and_wait();
+}
+static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  wx[w].p[l] = p;
+  warp_bar[w]->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {  // matrix i: rows at the addresses of lanes 8i .. 8i+7; lane l: row l/4, cols 2(l%4)..
+    const unsigned short* row = wx[w].p[i * 8 + l / 4];
+    r[i] = (unsigned)row[2 * (l % 4)] | ((unsigned)row[2 * (l % 4) + 1] << 16);
   }
   warp_bar[w]->arrive_and_wait();
 }
