@@ -46,17 +46,18 @@ class DecodeVariant:
     min_chunk: int = 64  # keys per split at least: below that a split's fixed cost dominates
     unroll: int = 4  # keys per lane and loop step: 2 * unroll 16-byte loads (K and V) in flight per lane
     min_blocks: int = 4  # __launch_bounds__ promise: resident blocks per SM (4: <= 128 registers)
+    prefetch: int = 1  # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none)
 
     @property
     def name(self) -> str:
-        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}"
+        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
 
 
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(unroll=2), DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
-              DecodeVariant(max_rows=2, target_blocks=1056),
+    for v in (DECODE, DecodeVariant(prefetch=0), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
+              DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2))
 }  # fmt: skip
@@ -116,7 +117,8 @@ def unroll(sp: Spec) -> int:
 
 
 def cvt_code(dt: DType) -> str:
-    """`KNAME_cvt(v, f)`: the values of one 16-byte vector as floats (8 for 16-bit dtypes, 4 for f32)."""
+    """`KNAME_cvt(v, f)`: the values of one 16-byte vector as floats (8 for 16-bit dtypes, 4 for f32);
+    `KNAME_prefetch(p, bytes)`: an sm_90 bulk L2 prefetch (one instruction, no register, no wait)."""
     if dt == DType.bf16:
         body = "".join(
             f"  f[{2 * i}] = __uint_as_float(a.{c} << 16); f[{2 * i + 1}] = __uint_as_float(a.{c} & 0xffff0000u);\n"
@@ -130,7 +132,15 @@ def cvt_code(dt: DType) -> str:
         )
     else:
         body = "".join(f"  f[{i}] = __uint_as_float(a.{c});\n" for i, c in enumerate("xyzw"))
-    return f"__device__ __forceinline__ void KNAME_cvt(const uint4 a, float* f) {{\n{body}}}\n"
+    return f"__device__ __forceinline__ void KNAME_cvt(const uint4 a, float* f) {{\n{body}}}\n" + _PREFETCH
+
+
+_PREFETCH = """__device__ __forceinline__ void KNAME_prefetch(const void* p, const unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#endif
+}
+"""
 
 
 def q_index(sp: Spec, h: str, g: str, i: str, d: str) -> str:
@@ -210,6 +220,19 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
     cvt_k = "".join(f"      KNAME_cvt(kr[u][{w}], f + {w * vec});\n" for w in range(nv))
     cvt_v = cvt_k.replace("kr[", "vr[")
     empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"  # no visible key: 0 for t = 0, else NaN
+    pf = 0 if sp.paged else sp.variant.prefetch  # (paged: the address would wait for the slot's load)
+
+    def prefetch(base: str, steps, ind: str = "  ") -> str:
+        """C: the first lane of each key's lane group bulk-prefetches the K and V rows its slot reads in
+        the given loop steps (counted from `base`) into L2."""
+        keys = [f"{base} + {st * ns * u_ + u * ns}" for st in steps for u in range(u_)]
+        one = "".join(
+            f"{ind}  if ({j} < ke) {{ KNAME_prefetch(kp + ({j}) * ({ksk}), {hd * dt.itemsize}u); "
+            f"KNAME_prefetch(vp + ({j}) * ({vsk}), {hd * dt.itemsize}u); }}\n"
+            for j in keys
+        )
+        return f"{ind}if (threadIdx.x % {lpk} == 0) {{  // L2 prefetch\n{one}{ind}}}\n" if keys else ""
+
     if direct:
         early = f"""  if (split >= nsplit) {{  // (nsplit is 0: no visible key)
     for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
@@ -240,7 +263,9 @@ KNAME_{tag}{_params(t, sp.paged)} {{
 {early}  const long long kb = lo + (long long)split * chunk;
   const long long ke = kb + chunk < hi ? kb + chunk : hi;  // kb < ke: split < nsplit
   const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
-  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
+  const {t}* kp = k + h * ({ksh}) + d0;
+  const {t}* vp = v + h * ({vsh}) + d0;
+{prefetch("kb + slot", range(pf))}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
 #pragma unroll
   for (int r = 0; r < {r_}; ++r) {{
     const long long qg = (long long)gc * {r_} + r;
@@ -253,10 +278,8 @@ KNAME_{tag}{_params(t, sp.paged)} {{
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }}
-  const {t}* kp = k + h * ({ksh}) + d0;
-  const {t}* vp = v + h * ({vsh}) + d0;
   for (long long base = kb + slot; base < ke + slot; base += {ns * u_}) {{  // same trip count: shuffles see all lanes
-    uint4 kr[{u_}][{nv}], vr[{u_}][{nv}];
+{prefetch("base", [pf] if pf else [], "    ")}    uint4 kr[{u_}][{nv}], vr[{u_}][{nv}];
 #pragma unroll
     for (int u = 0; u < {u_}; ++u) {{  // all loads first: {u_ * 2 * nv} vectors of 16 bytes in flight per lane
       const long long j = base + u * {ns} < ke ? base + u * {ns} : ke - 1;  // past the chunk: reread, masked
