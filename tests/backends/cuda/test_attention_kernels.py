@@ -292,7 +292,10 @@ SPLIT_SCHEDULES = [DecodeVariant(target_blocks=b, min_chunk=c) for b, c in ((1, 
 @pytest.mark.cuda
 @pytest.mark.parametrize("variant", [*VARIANTS.values(), *SPLIT_SCHEDULES], ids=lambda v: v.name)
 def test_decode_schedules_on_the_gpu(variant):
-    for dt, hd in ((DType.bf16, 128), (DType.f16, 64), (DType.f32, 256)):
+    shapes = (
+        ((DType.bf16, 128), (DType.f16, 64), (DType.f32, 256)) if variant in VARIANTS.values() else ((DType.bf16, 128),)
+    )
+    for dt, hd in shapes:
         for s, t in ((1, 1), (1, 17), (1, 4097), (3, 127), (3, 4097), (DECODE_ROWS, 1000)):
             op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, cap=4100, softcap=0.9 if s == 3 else 0.0)
             env = {"s": s, "p": t - s}
