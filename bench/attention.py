@@ -138,7 +138,7 @@ def _sdpa(backend, q, k, v, causal: bool):
 
 
 def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
-    """One decode (context `size`) or prefill (`size` tokens) case; `variants` (decode schedules,
+    """One decode (context `size`) or prefill (`size` tokens) case; `variants` (schedules,
     attention_decode.VARIANTS names) are timed next to the default."""
     import torch
     from torch.nn.attention import SDPBackend
@@ -174,7 +174,7 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     row["luminal_us"] = t * 1e6
     from luminal.backends.cuda.kernels.attention_decode import VARIANTS
 
-    for name in variants if kind == "decode" else ():
+    for name in variants:
         alt = Runner(_op(ctx), env, ptrs, VARIANTS[name])
         out.fill_(float("nan"))
         alt.once()
@@ -184,7 +184,8 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
         row.setdefault("variants", {})[name] = {
             "us": us,
             "max_err": alt_err,
-            "pct_copy": None if not us else 100 * kv_bytes / (us * 1e-6) / COPY_BW,
+            "pct_copy": None if not us or kind != "decode" else 100 * kv_bytes / (us * 1e-6) / COPY_BW,
+            "speedup": None if not us else row["luminal_us"] / us,
         }
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
@@ -207,8 +208,19 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     return row
 
 
-def dry(cases: list, sweep: bool) -> int:
-    """Without a GPU: every case's kernels (and with `sweep` every decode schedule) rendered, compiled
+def sweep(kind: str) -> tuple[str, ...]:
+    """The schedules (attention_decode.VARIANTS names) a case times next to the default: the decode
+    rows those that change the decode kernels, the prefill rows those that change the prefill kernel."""
+    from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
+
+    pre = DECODE.prefill_blocks
+    if kind == "decode":
+        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill_blocks == pre)
+    return tuple(n for n, v in VARIANTS.items() if v.prefill_blocks != pre)
+
+
+def dry(cases: list, sweep_all: bool) -> int:
+    """Without a GPU: every case's kernels (and with `sweep_all` the schedules it sweeps) rendered, compiled
     for sm_90 and their ptxas register / spill counts and grids printed."""
     from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS, splits
     from tests.backends.cuda.test_gemv import ptxas_usage
@@ -218,7 +230,7 @@ def dry(cases: list, sweep: bool) -> int:
         s = 1 if kind == "decode" else size
         env = {"s": s, "p": size - s}
         op = _op(size)
-        for v in [DECODE, *(v for v in VARIANTS.values() if v != DECODE)] if sweep and kind == "decode" else [None]:
+        for v in [DECODE, *(VARIANTS[n] for n in (sweep(kind) if sweep_all else ()))]:
             kern = op.render(slots, v)
             use = ptxas_usage([kern])
             launches = "  ".join(
@@ -226,7 +238,7 @@ def dry(cases: list, sweep: bool) -> int:
                 f"{use[ln.name][0]} regs, {use[ln.name][1]} B spilled"
                 for ln in kern.launches
             )
-            sched = f"{(v or DECODE).name} ({splits(op.spec(v))} splits)" if kind == "decode" else "prefill"
+            sched = f"{v.name} ({splits(op.spec(v))} splits)" if kind == "decode" else v.name
             print(f"{kind:7s} {size:6d}  {sched:28s} {launches}", flush=True)
     return 0
 
@@ -236,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
-    ap.add_argument("--sweep", action="store_true", help="also time every decode schedule (attention_decode.VARIANTS)")
+    ap.add_argument("--sweep", action="store_true", help="also time every schedule (attention_decode.VARIANTS)")
     ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
     args = ap.parse_args(argv)
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
@@ -249,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     driver.device()
     rows, bad = [], 0
     for kind, size in cases:
-        from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
-
-        r = bench_case(kind, size, args.reps, tuple(n for n in VARIANTS if n != DECODE.name) if args.sweep else ())
+        r = bench_case(kind, size, args.reps, sweep(kind) if args.sweep else ())
         rows.append(r)
         if "error" in r:
             bad += 1
@@ -263,14 +273,14 @@ def main(argv: list[str] | None = None) -> int:
                   f" | flash {fmt(r['flash_us'], '8.1f')} us {fmt(r['flash_pct_copy'], '5.1f')}%"
                   f" | cudnn {fmt(r['cudnn_us'], '8.1f')} us {fmt(r['cudnn_pct_copy'], '5.1f')}%"
                   f"  regs {r['registers']}", flush=True)  # fmt: skip
-            for name, vr in r.get("variants", {}).items():
-                print(f"        variant {name:14s} {fmt(vr['us'], '8.1f')} us {fmt(vr['pct_copy'], '5.1f')}% copy"
-                      f"  (max err {vr['max_err']:.2e})", flush=True)  # fmt: skip
         else:
             print(f"prefill s={size:6d}  luminal {r['luminal_us']:8.1f} us {fmt(r['luminal_tflops'], '6.1f')} TFLOP/s"
                   f" | flash {fmt(r['flash_tflops'], '6.1f')} (x{fmt(r['ratio_vs_flash'], '.2f')})"
                   f" | cudnn {fmt(r['cudnn_tflops'], '6.1f')} (x{fmt(r['ratio_vs_cudnn'], '.2f')})"
                   f"  regs {r['registers']}", flush=True)  # fmt: skip
+        for name, vr in r.get("variants", {}).items():
+            print(f"        variant {name:24s} {fmt(vr['us'], '8.1f')} us {fmt(vr['pct_copy'], '5.1f')}% copy"
+                  f"  x{fmt(vr['speedup'], '.2f')} vs default  (max err {vr['max_err']:.2e})", flush=True)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0

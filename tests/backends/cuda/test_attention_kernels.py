@@ -72,7 +72,8 @@ def test_every_variant_compiles_for_sm90(no_cache):
 def test_decode_kernels_keep_their_register_budget():
     """ptxas (through NVRTC): the decode, combine and f32 rows kernels at every head_dim and dtype, and
     every schedule the bench sweeps, fit the `__launch_bounds__` promise of their variant (<= 65536 /
-    (THREADS * min_blocks) registers: 128 for the default's 4 blocks per SM) without spilling."""
+    (THREADS * min_blocks) registers: 128 for the default's 4 blocks per SM) without spilling; the
+    default prefill kernel does not spill at head_dim <= 128 (at 256: at most 64 bytes; was 228)."""
     from tests.backends.cuda.test_gemv import ptxas_usage
 
     cases = [(make_op(n_kv=8, groups=4, hd=hd, dt=dt), DECODE) for hd in HEAD_DIMS for dt in DTYPES]
@@ -81,9 +82,11 @@ def test_decode_kernels_keep_their_register_budget():
     usage = ptxas_usage(kernels)
     for (op, v), kern in zip(cases, kernels, strict=True):
         for ln in kern.launches:
-            if ln.name.endswith("_pre"):  # the tensor-core prefill kernel: its own schedule
-                continue
             regs, spill = usage[ln.name]
+            if ln.name.endswith("_pre"):  # the tensor-core prefill kernel: no promise; d = 256 spills a little
+                if v == DECODE:
+                    assert regs <= 255 and spill <= (0 if op.head_dim.value <= 128 else 64), (ln.name, regs, spill)
+                continue
             what = f"{ln.name} (head_dim {op.head_dim}, {op.dtype}, {v.name}): {regs} registers, {spill} B spilled"
             assert regs <= 65536 // (THREADS * v.min_blocks) and spill == 0, what
 
@@ -302,3 +305,18 @@ def test_decode_schedules_on_the_gpu(variant):
             q, k, v = inputs(op, env, seed=s + t)
             got = run_on_gpu(op, q, k, v, env, variant)
             assert_matches(got, expected(op, q, k, v, env), dt, 1.0, f"{variant.name} {dt} hd={hd} s={s} t={t}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if v.prefill_blocks], ids=lambda v: v.name)
+def test_prefill_schedules_on_the_gpu(variant):
+    for dt, hd in ((DType.bf16, 128), (DType.f16, 64)):
+        for s, t in ((DECODE_ROWS + 1, DECODE_ROWS + 1), (127, 127), (127, 4097), (64, 1000)):
+            for kw in (dict(), dict(window=33, softcap=0.9)):
+                op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, cap=4100, **kw)
+                env = {"s": s, "p": t - s}
+                q, k, v = inputs(op, env, seed=s + t)
+                got = run_on_gpu(op, q, k, v, env, variant)
+                assert_matches(
+                    got, expected(op, q, k, v, env), dt, 1.0, f"{variant.name} {dt} hd={hd} s={s} t={t} {kw}"
+                )

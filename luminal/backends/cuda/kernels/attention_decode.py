@@ -39,7 +39,8 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class DecodeVariant:
-    """A schedule of the decode kernel (bench/attention.py --sweep times them; DECODE is the default)."""
+    """A schedule of KernelAttention's kernels, mostly the decode kernel's (bench/attention.py --sweep
+    times them; DECODE is the default)."""
 
     max_rows: int = 4  # query heads of a GQA group one block serves (fewer: fewer registers, more blocks)
     target_blocks: int = 528  # blocks per query row at one kv split each: 4 per SM on the H200's 132 SMs
@@ -47,10 +48,12 @@ class DecodeVariant:
     unroll: int = 4  # keys per lane and loop step: 2 * unroll 16-byte loads (K and V) in flight per lane
     min_blocks: int = 4  # __launch_bounds__ promise: resident blocks per SM (4: <= 128 registers)
     prefetch: int = 1  # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none)
+    prefill_blocks: int = 0  # the prefill kernel's __launch_bounds__ promise at head_dim <= 128 (0: none)
 
     @property
     def name(self) -> str:
-        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
+        tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
+        return tag + (f"-pre{self.prefill_blocks}" if self.prefill_blocks else "")
 
 
 DECODE = DecodeVariant()
@@ -59,7 +62,8 @@ VARIANTS = {
     for v in (DECODE, DecodeVariant(prefetch=0), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
-              DecodeVariant(target_blocks=264, min_blocks=2))
+              DecodeVariant(target_blocks=264, min_blocks=2),
+              DecodeVariant(prefill_blocks=3))  # 3 blocks per SM: ptxas spills ~60 B at d = 128
 }  # fmt: skip
 
 

@@ -106,6 +106,8 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
         score = f"{sp.softcap!r}f * tanhf(x * {scale / sp.softcap!r}f) * {LOG2E!r}f"
     else:
         score = f"x * {scale!r}f"
+    mb = sp.variant.prefill_blocks if hd <= 128 else 0  # (d = 256 needs every register it can get)
+    bounds = f"__launch_bounds__({THREADS}, {mb})" if mb else f"__launch_bounds__({THREADS})"
     kend = "(past + rlast + 1 < T ? past + rlast + 1 : T)" if sp.causal else "T"
     kbeg = f"(past + m0 - {sp.window} + 1 > 0 ? past + m0 - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
     # a tile needs per-element masks unless every row of the block sees every key of it
@@ -115,7 +117,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     if sp.window:
         full.append(f"j0 > past + rlast - {sp.window}")
     return f"""{intrinsics(sp.dtype)}{_bits(sp.dtype)}
-extern "C" __global__ void __launch_bounds__({THREADS}) KNAME_pre{_params(t)} {{
+extern "C" __global__ void {bounds} KNAME_pre{_params(t)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
