@@ -37,13 +37,15 @@ LAUNCHES = 8  # calls per graph replay (at least)
 ROTATE_BYTES = 256 << 20
 
 
-def _op(cap: int):
+def _op(cap: int, rows: int):
+    """The op at `rows` query rows (a literal, as in the runtime's decode bucket: only the path that
+    runs is rendered and compiled) over a cache of `cap` rows."""
     from luminal.backends.cuda.kernels.attention import KernelAttention
     from luminal.dtype import DType
     from luminal.shape.expr import num, var, z
 
     groups = N_Q // N_KV
-    s, p = var("s"), var("p")
+    s, p = num(rows), var("p")
     q_st = (z * (groups * HD), z * HD, z * (N_Q * HD), z)  # q stored (s, 32, 128)
     kv_st = (z * (cap * HD), z * HD, z)  # cache (8, cap, 128)
     return KernelAttention(num(N_KV), num(groups), s, p + s, num(HD), q_st, kv_st, kv_st, True, p, 0, HD**-0.5, 0.0,
@@ -155,7 +157,7 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     torch.cuda.synchronize()
     env = {"s": s, "p": ctx - s}
     ptrs = [(out.data_ptr(), q.data_ptr(), a.data_ptr(), b.data_ptr()) for a, b in zip(ks, vs, strict=True)]
-    run = Runner(_op(ctx), env, ptrs)
+    run = Runner(_op(ctx, s), env, ptrs)
     run.once()
     torch.cuda.synchronize()
     tq = q.permute(1, 0, 2).unsqueeze(0)  # (1, 32, s, hd)
@@ -175,7 +177,7 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     from luminal.backends.cuda.kernels.attention_decode import VARIANTS
 
     for name in variants:
-        alt = Runner(_op(ctx), env, ptrs, VARIANTS[name])
+        alt = Runner(_op(ctx, s), env, ptrs, VARIANTS[name])
         out.fill_(float("nan"))
         alt.once()
         torch.cuda.synchronize()
@@ -229,7 +231,7 @@ def dry(cases: list, sweep_all: bool) -> int:
     for kind, size in cases:
         s = 1 if kind == "decode" else size
         env = {"s": s, "p": size - s}
-        op = _op(size)
+        op = _op(size, s)
         for v in [DECODE, *(VARIANTS[n] for n in (sweep(kind) if sweep_all else ()))]:
             kern = op.render(slots, v)
             use = ptxas_usage([kern])
