@@ -147,6 +147,7 @@ class Scope:
         (self.stack[-1] if self.tile else self.lines).append(line)
 
 
+INVARIANCE_MAX = 1024  # loops longer than this are not checked for invariant positions (codegen time)
 TILE_MAX = 32  # a row loop of at most this many iterations per thread keeps its values in registers
 
 
@@ -169,6 +170,7 @@ class Emitter:
         self.strict = strict
         self.root = Scope(None, 0)
         self.scope_of: dict[str, Scope] = {}
+        self.extent: dict[str, int] = {}  # loop variable (as in positions) -> its literal trip count
         self.memo: dict[tuple, tuple[str, DType, Scope]] = {}
         self.where: dict[tuple, list[str]] = {}  # tile values: the physical loop body that computes them
         self.decls: list[str] = []  # per-thread arrays of tile scopes, declared before any row loop
@@ -203,9 +205,13 @@ class Emitter:
             if sc is None:
                 sc = self.open(self.root, var)
                 sc.tile = max(1, -(-n.value // g))
+                self.extent["@" + var] = n.value
             sc.stack.append([])
             return sc
-        return self.open(self.root, self.fresh("k"))
+        sc = self.open(self.root, self.fresh("k"))
+        if n.is_num:
+            self.extent["@" + sc.var] = n.value
+        return sc
 
     def close_loop(self, sc: Scope, n: Expression, tail: list[str]) -> list[str]:
         """The text of a loop opened by row_loop, with `tail` after its body."""
@@ -284,9 +290,26 @@ class Emitter:
         sc.put(code if sc.tile else f"{compute_type(dt)} {name}; {code}")
         return ref, dt, sc
 
+    def invariant(self, pos: Position) -> Position:
+        """`pos` without the loop variables it only seems to depend on: a coordinate that simplifies to
+        one expression at every value of a literal loop (`(256*y + (t + 128) % 256) / 256` is y for
+        t in 0..255) does not depend on that loop. Reached through a view that permutes within a row
+        (rotate-half), a row reduction then stays at row level: computed once per row, shared with
+        its other uses, instead of serially for every element."""
+        coords = pos if isinstance(pos, tuple) else (pos,)
+        for v in sorted(set().union(*(c.vars() for c in coords))):
+            n = self.extent.get(v)
+            if n is None or n > INVARIANCE_MAX:
+                continue
+            at = {tuple(c.substitute(v, k) for c in coords) for k in range(n)}
+            if len(at) == 1:
+                (coords,) = at
+        return coords if isinstance(pos, tuple) else coords[0]
+
     def reduce(self, e: FNode, pos: Position) -> tuple[str, DType, Scope]:
         op: KernelReduce = e.op  # type: ignore[assignment]
         dt = op.dtype
+        pos = self.invariant(pos)
         outer = self.deepest(pos)
         coop = outer is self.root  # row level: the whole row group runs the loop
         body = self.row_loop(op.iters) if coop else self.open(outer, self.fresh("k"))

@@ -1,0 +1,30 @@
+"""Row reductions reached through a view that permutes within the row (the rotate-half of a
+q/k-norm'ed head, Gemma 3 and Qwen 3) stay row-level in the fused kernel (emit.py `invariant`):
+computed once per row, cooperatively, not serially for every element (on the H200 the per-element
+version of Gemma's q-norm + rotary took ~75 us a layer). Numerics: tests/models/test_engine_gpu.py
+(teacher-forced decode of gemma / qwen3 / llama vs the reference, on the GPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.fused import KernelFused
+from tests.backends.cuda.test_inplace import SLOTS, plans
+
+SERIAL = re.compile(r"#pragma unroll 4\s*for \(long long k\d+ = 0; k\d+ < iters")  # emit.py's per-element loop
+
+
+@pytest.mark.parametrize("name", ["gemma3", "qwen3"])
+def test_normed_rotary_reduces_once_per_row(name):
+    model, steps = plans(name)
+    ops = {n.op for n in steps[1].nodes if isinstance(n.op, KernelFused)}
+    kernels = {op: op.render(SLOTS) for op in ops}
+    normed = [op for op, k in kernels.items() if "iters" in k.code]  # the fused q-norm + rotary
+    assert normed, steps[1].op_counts()
+    for op in normed:
+        assert not SERIAL.search(kernels[op].code), kernels[op].code
+    assert nvrtc.compile_cubin(source(list(kernels.values())), arch="sm_90")[:4] == b"\x7fELF"
