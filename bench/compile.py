@@ -16,8 +16,11 @@ kernels are really compiled by NVRTC (for sm_90, batched like the GPU path: each
 kernels in one program, each whole plan's missing ones in another; per-kernel disk cache,
 nvrtc.compile_units), but plans are priced analytically
 (a launch cost per kernel plus bytes moved at the H200's copy bandwidth) instead of timed, and loaded
-as reference executors. Its `profile_s` column is then 0; `plans`, `upMB` (ones-filled inputs the
-GPU path would upload) and `nvrtc` are what the GPU run pays for on top of the CPU work.
+as reference executors. Its `profile_s` column is then 0; `plans`, `readMB` (the ones-filled inputs the
+timed plans read), `fillMB` (what the profiling pool, runtime.OnesPool, fills on the device for them)
+and `nvrtc` (NVRTC CPU seconds; `nvwait`: wall seconds the compile waited for NVRTC, its critical
+path; `rend`: kernels rendered, not found in the rendered-kernel cache) are what the GPU run pays for on
+top of the CPU work.
   python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
 Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
 breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
@@ -132,40 +135,63 @@ def cpu_cuda_backend():
         def __init__(self) -> None:
             pass
 
+        _arch = "sm_90"
+        prefetch_kernels = True  # like the GPU path: candidates' kernels compile in the background
+
         @property
         def device(self) -> str:
             return "cuda-cpu-sm_90-analytic"
 
-        def _compile(self, plans) -> None:
+        def _compile(self, plans, dims=()) -> None:
             """What the runtime's load_kernels does: the kernels not loaded yet, in one NVRTC program
-            (through nvrtc.compile_units: kernels on disk from any earlier batch are not recompiled)."""
-            ks = {k.code: k for p in plans for k in cb.plan_kernels(p.nodes) if k.code not in self.compiled}
+            (through nvrtc.compile_units: kernels on disk from any earlier batch are not recompiled);
+            `dims`: the slots the executor renders with (profiling: the graph's dims)."""
+            ks = {k.code: k for p in plans for k in cb.plan_kernels(p.nodes, dims) if k.code not in self.compiled}
             if ks:
                 nvrtc.compile_units(list(ks), lambda codes: source([ks[c] for c in codes]), arch="sm_90")
                 self.compiled |= set(ks)
 
         def measure(self, plans, env):
-            self._compile(plans)  # like the GPU path: the batch's kernels in one NVRTC program
-            return super().measure(plans, env)
+            self._compile(plans, env)  # like the GPU path: the batch's kernels in one NVRTC program
+            return [self.profile(p, env) - LAUNCH_S for p in plans]  # as CudaBackend.measure, net of the base
 
         def profile(self, llir, env):
-            self._compile([llir])
+            self._compile([llir], env)
             sizes = cb.input_extents(llir.nodes, env)
             read = sum(sizes[n.op.label] * n.dtype.itemsize for n in llir.nodes if isinstance(n.op, Input))
             ops = [n for n in llir.nodes if not isinstance(n.op, (Input, Output))]
             wrote = sum(int(n.op.out_size().evaluate(env)) * n.dtype.itemsize for n in ops if n.op.alias() is None)
-            cb.count_profile(llir, sizes, 0.0)  # nothing is timed: profile_s stays 0
+            cb.count_profile(llir, sizes, 0.0, self._pool_fill(llir, sizes))  # nothing is timed: profile_s stays 0
             return LAUNCH_S * (1 + len(ops)) + (read + wrote) / COPY_BW
 
+        def _pool_fill(self, llir, sizes) -> int:
+            """Bytes runtime.OnesPool would fill on the device for this plan: a dtype's shared buffer when
+            it grows, a buffer written in place every time."""
+            from luminal.backends.aliasing import alias_roots
+
+            grown = self.__dict__.setdefault("_pool", {})
+            written = {alias_roots(llir.nodes)[i][0] for i, n in enumerate(llir.nodes) if n.op.inplace}
+            need = {i: int(sizes[n.op.label]) * n.dtype.itemsize for i, n in enumerate(llir.nodes)
+                    if isinstance(n.op, Input)}  # fmt: skip
+            filled, rank = 0, {}
+            for i in sorted(need, key=lambda i: -need[i]):
+                key = (llir.nodes[i].dtype, i in written)
+                rank[key] = k = rank.get(key, -1) + 1
+                if i in written or need[i] > grown.get((*key, k), 0):
+                    grown[(*key, k)] = max(need[i], grown.get((*key, k), 0))
+                    filled += grown[(*key, k)]
+            return filled
+
         def load(self, llir):
-            self._compile([llir])
+            self._compile([llir], llir.dims)
             return ReferenceExecutor(llir.nodes, llir.outputs)
 
     return CpuCuda()
 
 
 # -- one measurement (a fresh process) ----------------------------------------------------------------
-def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, layers: int | None, dtype: str) -> dict:
+def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, layers: int | None, dtype: str,
+            search_time: float = 10.0) -> dict:  # fmt: skip
     os.environ["LUMINAL_CACHE"] = cache
     if backend == "cuda-cpu":
         from luminal.backends.base import register_backend
@@ -175,7 +201,7 @@ def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, lay
     name, g, buckets = next(x for x in graphs(preset, max_seq, layers, dtype) if x[0] == which)
     t_build = time.perf_counter() - t0
     t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    model = g.compile(backend, buckets=buckets)
+    model = g.compile(backend, buckets=buckets, search_time_s=search_time)
     wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime  # this process's CPU seconds: load-independent
     st = model.stats
@@ -234,13 +260,14 @@ def _row(m: dict, run: str) -> str:
             f"{m['peak_mb']:>7.0f}{m['hlir_nodes']:>7}{m['live_hlir_nodes'] or 0:>6}{m['egglog_commands'] or 0:>7}"
             f"{m['egraph_nodes']:>7}{m['iterations']:>6}{m['matches']:>8}{prof.get('ops_measured', 0):>6}"
             f"{prof.get('op_hits', 0):>7}{nv.get('plans_timed', 0):>6.0f}{nv.get('upload_mb', 0.0):>8.0f}"
-            f"{nv.get('profile_s', 0.0):>7.2f}{nv.get('kernels', 0):>5.0f}{nv.get('compile_cpu_s', 0.0):>7.2f}"
+            f"{nv.get('fill_mb', 0.0):>7.0f}{nv.get('profile_s', 0.0):>7.2f}{nv.get('kernels', 0):>5.0f}"
+            f"{nv.get('compile_cpu_s', 0.0):>7.2f}{nv.get('wait_s', 0.0):>7.2f}{nv.get('renders', 0):>5.0f}"
             f"  {bodies}")  # fmt: skip
 
 
 HEADER = (f"{'preset':<14}{'graph':<9}{'run':<5}{'wall':>7}{'cpu':>7}{'roll':>6}{'satur':>7}{'extr':>6}{'search':>7}"
           f"{'load':>6}{'peakMB':>7}{'hlir':>7}{'live':>6}{'cmds':>7}{'enode':>7}{'iters':>6}{'matches':>8}"
-          f"{'meas':>6}{'hits':>7}{'plans':>6}{'upMB':>8}{'prof_s':>7}{'kern':>5}{'nvrtc':>7}"
+          f"{'meas':>6}{'hits':>7}{'plans':>6}{'readMB':>8}{'fillMB':>7}{'prof_s':>7}{'kern':>5}{'nvrtc':>7}{'nvwait':>7}{'rend':>5}"
           "  rolled bodies (layers x nodes)")  # fmt: skip
 
 
@@ -253,12 +280,19 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--layers", type=int, default=None, help="override every preset's depth")
     ap.add_argument("--max-seq", type=int, default=512)
     ap.add_argument("--torch", action="store_true", help="also time torch.compile of the same architecture")
+    ap.add_argument(
+        "--search-time",
+        type=float,
+        default=10.0,
+        help="the search's clock limit per region (compile option search_time_s); raise it on a "
+        "loaded machine so that the candidate count, not the clock, ends the search",
+    )
     ap.add_argument("--json", default=None, help="append one JSON line per measurement to this file")
     ap.add_argument("--one", nargs=3, metavar=("PRESET", "GRAPH", "CACHE"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     dtype = a.dtype or ("bf16" if a.backend.startswith("cuda") else "f32")
     if a.one:
-        print(json.dumps(measure(a.one[0], a.one[1], a.backend, a.one[2], a.max_seq, a.layers, dtype)))
+        print(json.dumps(measure(a.one[0], a.one[1], a.backend, a.one[2], a.max_seq, a.layers, dtype, a.search_time)))
         return
     presets = [f"synthetic-{n}" for n in a.synthetic.split(",") if n] or [p for p in a.presets.split(",") if p]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -272,7 +306,8 @@ def main(argv: list[str]) -> None:
             for name in names:
                 for run in ("cold", "warm"):
                     cmd = [sys.executable, __file__, "--backend", a.backend, "--max-seq", str(a.max_seq),
-                           "--dtype", dtype, *(["--layers", str(a.layers)] if a.layers else []),
+                           "--dtype", dtype, "--search-time", str(a.search_time),
+                           *(["--layers", str(a.layers)] if a.layers else []),
                            "--one", preset, name, d]  # fmt: skip
                     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
                     if r.returncode != 0:

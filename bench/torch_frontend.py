@@ -66,12 +66,21 @@ def decode_torch(model, cfg, prompt: torch.Tensor, new: int, cache_len: int, dev
 RESULTS: dict = {}
 
 
-def line(name: str, compile_s: float, r: dict, zoo_tpot: float | None) -> str:
+STEP_KEYS = ("h2d_bytes", "d2h_bytes", "d2d_bytes")
+
+
+def line(name: str, compile_s: float, r: dict, zoo_tpot: float | None, step: dict | None = None) -> str:
+    """One engine's row: compile s, TTFT, TPOT, tok/s, ratio to the zoo, and what its last decode
+    step moved (`step`: the luminal runtime's counters; torch's own engines are not counted)."""
     tpot = statistics.median(r["steps"]) if r["steps"] else float("nan")
     RESULTS[name] = {"compile_s": compile_s, "ttft_s": r["ttft"], "tpot_s": tpot, "tok_s": 1.0 / tpot}
     ratio = f" | {tpot / zoo_tpot:.2f}x zoo TPOT" if zoo_tpot else ""
+    moved = "bytes/step: not counted (torch)" if step is None else "bytes/step: n/a (host path)"
+    if step is not None and "h2d_bytes" in step:
+        RESULTS[name].update({k: step[k] for k in STEP_KEYS})
+        moved = "bytes/step h2d {h2d_bytes} d2h {d2h_bytes} d2d {d2d_bytes}".format(**step)
     return (f"{name:28s} compile {compile_s:7.2f} s | TTFT {r['ttft'] * 1e3:8.1f} ms | TPOT {tpot * 1e3:7.2f} ms "
-            f"| {1.0 / tpot:7.1f} tok/s{ratio}")  # fmt: skip
+            f"| {1.0 / tpot:7.1f} tok/s{ratio} | {moved}")  # fmt: skip
 
 
 class _Recorded(program.Program):
@@ -84,21 +93,27 @@ class _Recorded(program.Program):
         _Recorded.made.append(self)
 
 
-def _decode_stats() -> str:
-    """Counters of the decode Program (per-call tensors of one token) after the measured loop."""
+def _decode_program():
+    """The decode Program (per-call tensors of one token, besides 0-d host scalars), or None."""
     for p in _Recorded.made:
-        per_call = [s for s in p.inputs if s.kind == "tensor" and not s.persistent]
+        per_call = [s for s in p.inputs if s.kind == "tensor" and not s.persistent and s.shape]
         if per_call and all(e.is_num and int(e) == 1 for s in per_call for e in s.shape):
-            rt = p.model.stats.get("runtime")
-            if rt is None:
-                return "#   decode step: reference backend (host path)"
-            keys = ("h2d_bytes", "d2h_bytes", "d2d_bytes", "graph_builds", "graph_patches", "runs")
-            RESULTS["luminal decode step"] = {k: rt[k] for k in keys}
-            return (f"#   luminal decode step: h2d {rt['h2d_bytes']} B, d2h {rt['d2h_bytes']} B, "
-                    f"d2d {rt['d2d_bytes']} B "
-                    f"(token + position + logits; the KV cache stays in place) | graph builds {rt['graph_builds']} "
-                    f"over {rt['runs']} decode runs (one per StaticCache), patches {rt['graph_patches']}")  # fmt: skip
-    return "#   no decode Program recorded"
+            return p
+    return None
+
+
+def _decode_stats(p) -> str:
+    """What the decode Program did over the measured loops: paths, CUDA-graph builds, patches."""
+    if p is None:
+        return "#   no decode Program recorded"
+    paths = ", ".join(f"{q.paths['device']} device / {q.paths['host']} host" for q in _Recorded.made)
+    rt = p.model.stats.get("runtime")
+    if rt is None:
+        return f"#   luminal runs per graph (device/host path): {paths}; reference backend: no device counters"
+    RESULTS["luminal decode step"] = {k: rt[k] for k in ("graph_builds", "graph_patches", "runs")}
+    return (f"#   luminal runs per graph: {paths} (a host-path run copies state through the host) | decode graph "
+            f"builds {rt['graph_builds']} over {rt['runs']} runs (one per StaticCache), patches {rt['graph_patches']}"
+            f" | host scalars fed: {len(p.host_fed)}")  # fmt: skip
 
 
 def main(argv=None) -> None:
@@ -113,7 +128,13 @@ def main(argv=None) -> None:
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile(mode='reduce-overhead')")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager HF run")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    ap.add_argument("--dynamic-floats", action="store_true",
+                    help="keep Dynamo's default specialize_float=False: every float the model reads (RMSNorm "
+                         "eps, attention scaling) becomes a runtime input, which hides it from luminal's fusion "
+                         "rules (docs/torch.md)")  # fmt: skip
     a = ap.parse_args(argv)
+    # floats as guarded constants (both torch.compile engines alike): see docs/torch.md, "Floats"
+    torch._dynamo.config.specialize_float = not a.dynamic_floats
     dynamo.Program = _Recorded  # record the backend's Programs (read-only use: counters)
     cfg = TINY if a.tiny else llama.CONFIGS[a.preset]
     if a.layers:
@@ -128,7 +149,8 @@ def main(argv=None) -> None:
     prompt = torch.randint(0, cfg.vocab_size, (1, a.prompt), device=device)
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     print(f"# {'tiny' if a.tiny else a.preset}, {cfg.n_layers} layers, {a.dtype}, backend {a.backend}, "
-          f"device {device}, prompt {a.prompt}, new {a.new}, {versions}")  # fmt: skip
+          f"device {device}, prompt {a.prompt}, new {a.new}, {versions}, "
+          f"specialize_float={torch._dynamo.config.specialize_float}")  # fmt: skip
 
     with torch.no_grad():
         # the zoo's llama: the same shapes as a luminal graph (random weights of its own)
@@ -138,8 +160,9 @@ def main(argv=None) -> None:
         zoo_compile = time.perf_counter() - t0
         zoo.generate(prompt[0].tolist(), a.new, Sampler())
         zoo_tpot = zoo.stats.tpot_ms / 1e3
+        zoo_step = zoo.decoder.model.stats.get("runtime", {})
         print(line("zoo llama (luminal graph)", zoo_compile, {"ttft": zoo.stats.ttft_s, "steps": zoo.stats.decode_s},
-                   None))  # fmt: skip
+                   None, zoo_step))  # fmt: skip
 
         # HF model through the luminal backend: one prefill graph + one decode graph
         before = lt.counters["compiles"]
@@ -148,7 +171,9 @@ def main(argv=None) -> None:
         decode_torch(fast, hf_cfg, prompt, 2, cache_len, device)  # compiles prefill + decode
         lum_compile = time.perf_counter() - t0
         r = decode_torch(fast, hf_cfg, prompt, a.new, cache_len, device)
-        print(line("HF llama, backend=luminal", lum_compile, r, zoo_tpot))
+        dec = _decode_program()
+        step = {} if dec is None else dec.model.stats.get("runtime", {})
+        print(line("HF llama, backend=luminal", lum_compile, r, zoo_tpot, step))
         print(
             f"#   luminal compiles: {lt.counters['compiles'] - before} (expect 2), fallbacks {lt.counters['fallbacks']}"
         )
@@ -156,7 +181,7 @@ def main(argv=None) -> None:
         print(f"#   of the compile: luminal's own {own:.1f} s (e-graph, search, load), the rest torch's tracing "
               "(Dynamo + AOTAutograd, shared with reduce-overhead) and the first calls")  # fmt: skip
         RESULTS["luminal own compile s"] = own
-        print(_decode_stats())
+        print(_decode_stats(dec))
         lum_tpot = RESULTS["HF llama, backend=luminal"]["tpot_s"]
 
         if not a.no_eager:

@@ -194,6 +194,7 @@ class _Compilation:
         self.memo: dict[str, tuple[LLIRGraph, dict]] = {}  # region key -> plan (buckets sharing a region)
         self.programs: dict[tuple, tuple[prog.GraphProgram, str]] = {}
         self.pre: dict[str, RunResult] = {}  # region key -> e-graph saturated together with other buckets
+        self.views: dict[str, EGraphView] = {}  # region key -> its e-graph view, built early by `prefetch`
         self.stats["time_roll_s"] += time.perf_counter() - t
         # per-op costs measured by earlier compiles on this device (costs.py), and the ones this one adds
         self.cost_key = cache_key("op-costs", backend.name, backend.device, _version(backend))
@@ -210,11 +211,13 @@ class _Compilation:
             metas.append({"region": name} | meta)
         if self.rolling is None:
             llir, row = plans["graph"], {k: v for k, v in metas[0].items() if k != "region"}
+            llir.dims = tuple(sorted(self.graph.dims()))
         else:
             t = time.perf_counter()
             llir = self.rolling.unroll(plans)
             self.stats["time_roll_s"] += time.perf_counter() - t
             caches = {m["cache"] for m in metas}
+            llir.dims = tuple(sorted(self.graph.dims()))
             row = {"cache": caches.pop() if len(caches) == 1 else "partial",
                    "profiled": sum(m.get("profiled", 0) for m in metas), "regions": metas}  # fmt: skip
         self.stats["buckets"].append({"bounds": bounds} | row)
@@ -265,7 +268,7 @@ class _Compilation:
         else:
             meta["cache"] = "egraph"
         t = time.perf_counter()
-        view = EGraphView(data, self.registry, self.runnable)
+        view = self.views.pop(key, None) or EGraphView(data, self.registry, self.runnable)
         st["time_extract_s"] += time.perf_counter() - t
         env = _profile_env(self.graph, bounds, self.opts.profile_dims)  # all dims: a region may use one in a field only
         t = time.perf_counter()
@@ -299,6 +302,29 @@ class _Compilation:
             self.programs[k] = (gp, key)
             self.stats["time_serialize_s"] += time.perf_counter() - t
         return self.programs[k]
+
+    def prefetch(self, buckets: Sequence[Bounds]) -> None:
+        """For a backend with `prefetch` (CUDA: compile kernels in the background): hand it the preferred
+        plan of every region and bucket saturated by `prepare`, before any search, so the longest kernels
+        (prefill attention: ~5 s of NVRTC) compile while the first buckets are searched."""
+        fn = getattr(self.backend, "prefetch", None)
+        if fn is None or not self.pre:
+            return
+        for bounds in buckets:
+            env = _profile_env(self.graph, bounds, self.opts.profile_dims)
+            for name, graph in self.regions:
+                key = self._program(name, graph, bounds)[1]
+                res = self.pre.get(key)
+                if res is None or key in self.views:
+                    continue
+                try:
+                    t = time.perf_counter()
+                    view = self.views[key] = EGraphView(res.egraph_json, self.registry, self.runnable)
+                    llir = view.extract(view.repair(view.preferred_genome(self.prefer)))
+                    self.stats["time_extract_s"] += time.perf_counter() - t
+                    fn([llir], env)
+                except Exception as e:  # noqa: BLE001 - only a head start: the search compiles what it needs
+                    log.info("prefetching the preferred plan of %s failed: %s", name, e)
 
     def prepare(self, buckets: Sequence[Bounds]) -> None:
         """Buckets whose region programs differ only in their bound facts (and are not cached) share
@@ -375,6 +401,7 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
 def _plans(comp: _Compilation, buckets: list[Bounds]) -> list[tuple[Bounds, LLIRGraph]]:
     if comp.opts.share_saturation:
         comp.prepare(buckets)
+        comp.prefetch(buckets)
     return [(b, comp.bucket(b)) for b in buckets]
 
 
@@ -463,11 +490,11 @@ def _version(backend: Backend) -> str:
 
     mod = sys.modules.get(type(backend).__module__)
     pkg = Path(mod.__file__).parent if mod is not None and getattr(mod, "__file__", None) else None
-    return f"{getattr(luminal, '__version__', '0')}+{_source_digest(pkg)}"
+    return f"{getattr(luminal, '__version__', '0')}+{source_digest(pkg)}"
 
 
 @cache
-def _source_digest(backend_dir: Path | None) -> str:
+def source_digest(backend_dir: Path | None) -> str:
     root = Path(__file__).parents[1]
     dirs = [root / "egraph", root / "hlir", root / "shape", *([backend_dir] if backend_dir else [])]
     h = hashlib.sha256()

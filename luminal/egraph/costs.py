@@ -17,7 +17,10 @@ that common part; when a new candidate lacks one of its ops, the common part shr
 it are measured, and `take_rebased()` tells the search to re-price the candidates it holds (sums of
 memoized costs: no new measurement). The chosen plan is the one full pricing would choose; the
 measurements saved are every op forced on all candidates (slices, gathers, attention, state updates, the
-parts of the graph with one implementation).
+parts of the graph with one implementation). A backend with `prefetch(plans, env)` is handed every batch of
+candidate plans first, to start preparing their ops in the background (the CUDA backend compiles their
+kernels while the search goes on: the first batch is the preferred plan, whose attention kernels are
+the longest NVRTC compiles and would otherwise wait for the final whole-plan timing).
 """
 
 from __future__ import annotations
@@ -67,6 +70,12 @@ class OpCosts:
     def price(self, llirs: Sequence[LLIRGraph]) -> list[float | Failed]:
         """Each plan's summed cost of the ops it holds beyond the common part (module docstring), or the
         reason one of them failed."""
+        prefetch = getattr(self.backend, "prefetch", None)
+        if prefetch is not None:  # e.g. CUDA: compile the candidates' kernels in the background now
+            try:
+                prefetch(llirs, self.env)
+            except Exception as e:  # noqa: BLE001 - only a head start: measuring compiles what it needs
+                log.info("prefetching the kernels of %d plans failed: %s", len(llirs), e)
         parts: list[Counter[str]] = []
         where: dict[str, tuple[LLIRGraph, int]] = {}
         for ll in llirs:

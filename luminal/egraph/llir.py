@@ -38,6 +38,9 @@ class LLIRGraph:
     nodes: list[LNode]
     outputs: dict[str, int]  # output label -> index of its Output node
     inputs: dict[str, int] = field(default_factory=dict)  # input label -> index of its Input node
+    # the dims of the graph it was compiled from (set by the compiler; not part of its identity): a backend
+    # numbers its runtime dims by them, as it does when it profiles plans of that graph at its dims
+    dims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.inputs:

@@ -3,9 +3,10 @@ compile with luminal, and return a callable with the module's signature.
 
 Weights and buffers are not copied into an artifact: the returned object reads them from the module
 itself (numpy views of their memory, or their device addresses on CUDA, bound once as persistent
-inputs). Buffers the forward mutates (a KV cache updated with `index_copy_`, torch.export's
-BUFFER_MUTATION outputs) are luminal state: the Program updates the module's buffer itself (in place
-on CUDA, copied back on the host path), so the module's state matches eager execution.
+inputs). Buffers and user inputs the forward mutates (a KV cache updated with `index_copy_`,
+torch.export's BUFFER_MUTATION / USER_INPUT_MUTATION outputs) are luminal state: the Program
+updates the tensor itself (in place on CUDA, copied back on the host path), so the module's state
+and the caller's tensors match eager execution.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class CompiledModule:
                     target = self._state(wb[1])
                     if val is not target:  # the Program updated the buffer itself (luminal state)
                         target.copy_(val)
-                else:
+                elif val is not flat[wb[1]]:
                     flat[wb[1]].copy_(val)
         return pytree.tree_unflatten(user, self.ep.call_spec.out_spec)
 
@@ -137,17 +138,22 @@ def compile(module, example_inputs, dynamic=None, backend: str = "auto", example
         ep = ep.run_decompositions(decompositions())
     sig = ep.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
-    persistent, names, buffers = set(), [], {}
+    persistent, names, buffers, users = set(), [], {}, {}
     for i, s in enumerate(sig.input_specs):
         names.append(s.target if s.target is not None else s.arg.name)
         if s.kind == InputKind.BUFFER:
             buffers[s.target] = i
+        if s.kind == InputKind.USER_INPUT:
+            users[s.arg.name] = i
         if s.kind in (InputKind.PARAMETER, InputKind.CONSTANT_TENSOR) or (
             s.kind == InputKind.BUFFER and s.target not in mutated
         ):
             persistent.add(i)
-    # a buffer mutation output is the next value of that buffer's placeholder: luminal state
+    # a buffer or user-input mutation output is the next value of that placeholder: luminal state
+    # (bound by address on CUDA and updated there -- a KV cache passed as an argument is not
+    # copied in and out each call)
     state = {k: buffers[s.target] for k, s in enumerate(sig.output_specs) if s.kind == OutputKind.BUFFER_MUTATION}
+    state |= {k: users[s.target] for k, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_INPUT_MUTATION}
     tr = translate(ep.graph_module, persistent, names, state)
     tr.ranges = _ranges(ep)
     return CompiledModule(module, ep, Program(tr, backend, **options))

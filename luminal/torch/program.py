@@ -13,7 +13,17 @@ Then one of two paths:
   when a tensor's storage changes; state (a KV cache) is updated by the plan in that memory, in
   place; per-call tensors go in as device addresses (copied device-to-device into the runtime's
   own buffers) and outputs are written device-to-device into torch tensors allocated here. Nothing
-  goes through the host but the runtime's dims record.
+  goes through the host but the runtime's dims record and host scalars.
+
+**Host scalars.** A 0-d CPU tensor fed per call is a scalar argument, not a tensor on the wrong
+device: with `dynamic=True` Dynamo passes every Python float it reads (an RMSNorm's `eps`, attention
+`scaling`, RoPE's `attention_scaling`) as a 0-d float64 CPU tensor, and a StaticCache's position
+counter starts as a 0-d CPU tensor. On the device path they are fed from the host (8 bytes, and the
+runtime skips the upload when the value did not change), like torch's CPU scalars in CUDA kernels.
+Before this rule one such scalar sent the whole decode step down the host path: every state tensor
+(the KV cache) read back to the host and uploaded again each token, weights read back once.
+Any other tensor off the device (a weight or a state tensor on the CPU next to CUDA tensors) still
+selects the host path, with a warning naming it.
 """
 
 from __future__ import annotations
@@ -53,6 +63,9 @@ class Program:
         self._device_bound: dict[str, tuple[tuple, torch.Tensor]] = {}  # name -> (key, tensor kept alive)
         self._order: StreamOrder | None = None
         self._device_capable = self.model.binds_device
+        self._warned_host = False
+        self.host_fed: set[str] = set()  # per-call inputs the last device-path run fed from the host
+        self.paths = {"host": 0, "device": 0}  # runs per path (tests and benches check which one ran)
         COUNTERS["compiles"] += 1
 
     @property
@@ -69,7 +82,7 @@ class Program:
             elif spec.kind == "tensor":
                 if not isinstance(a, torch.Tensor):
                     raise InputError(f"input {spec.name!r}: expected a tensor, got {type(a).__name__}")
-                if device is None and not spec.persistent:
+                if device is None and not spec.persistent and not host_scalar(spec, a):
                     device = a.device
                 pairs.extend((e, int(n)) for e, n in zip(spec.shape, a.shape, strict=True))
         dims = solve_dims(pairs)
@@ -78,8 +91,9 @@ class Program:
                 raise InputError(f"dim {d} = {dims[d]} is outside the compiled range [{lo}, {hi}]")
         tensors = [a for s, a in zip(self.inputs, args, strict=True) if s.kind == "tensor"]
         device = device or (tensors[0].device if tensors else torch.device("cpu"))
-        on_device = self._device_capable and all(t.device.type in DEVICE_TYPES for t in tensors)
-        if on_device:
+        path = "device" if self._on_device(args) else "host"
+        self.paths[path] += 1
+        if path == "device":
             outs = self._run_device(args, dims, device)
         else:
             outs = self._run_host(args, dims, device)
@@ -97,6 +111,20 @@ class Program:
             else:
                 result.append(None)
         return result
+
+    def _on_device(self, args) -> bool:
+        """The device path: a device-binding runtime, and every tensor but the host scalars in device memory."""
+        if not self._device_capable:
+            return False
+        specs = [(s, a) for s, a in zip(self.inputs, args, strict=True) if s.kind == "tensor" and not host_scalar(s, a)]
+        off = [(s.name, a.device) for s, a in specs if a.device.type not in DEVICE_TYPES]
+        if not off:
+            return bool(specs)
+        if not self._warned_host and len(off) < len(specs):
+            self._warned_host = True
+            log.warning("luminal: input %r is on %s while the others are on the device: this graph runs on "
+                        "the host path (state and weights copied through the host)", *off[0])  # fmt: skip
+        return False
 
     # -- host path: numpy views, state copied back ---------------------------------------------
     def _run_host(self, args, dims: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
@@ -135,11 +163,15 @@ class Program:
         self._bound.clear()  # a later host call feeds the host views again
         self._constants = dict(self._all_constants)
         feed = {}
+        self.host_fed = set()
         for spec, a in zip(self.inputs, args, strict=True):
             if spec.kind != "tensor":
                 continue
             if spec.persistent:
                 self._bind_device(spec.name, a, state=spec.state)
+            elif host_scalar(spec, a):  # 8 bytes up, skipped by the runtime when unchanged
+                feed[spec.name] = to_numpy(a)
+                self.host_fed.add(spec.name)
             else:
                 t = a.detach().contiguous()
                 self._order.reads(t)  # not reused by torch before the runtime's stream has read it
@@ -170,3 +202,8 @@ class Program:
             log.info("luminal: %s is not contiguous; bound a contiguous copy", name)
         self.model.bind_device(name, device_array(t))
         self._device_bound[name] = (key, t)
+
+
+def host_scalar(spec, t: torch.Tensor) -> bool:
+    """A per-call 0-d CPU tensor: a scalar argument (fed from the host on the device path)."""
+    return not spec.persistent and t.ndim == 0 and t.device.type == "cpu"

@@ -55,3 +55,21 @@ def test_editing_a_rule_file_is_a_miss(tmp_path, monkeypatch):
     monkeypatch.setattr(program, "_core", edited)
     again = _compile()
     assert again.stats["cache_hit"] is False and all(b["cache"] == "miss" for b in again.stats["buckets"])
+
+
+def test_warm_start_in_a_new_process_never_imports_egglog(tmp_path, monkeypatch):
+    """Issue 12 item 4: a warm compile (a new process, plans on disk) loads them without egglog at all:
+    not run, not even imported (importing it costs seconds on a loaded machine)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    _compile()
+    code = (
+        "import sys; from tests.egraph.test_cache_reuse import _compile; m = _compile(); "
+        "print(m.stats['cache_hit'], sorted(k for k in sys.modules if k.split('.')[0] == 'egglog'))"
+    )
+    root = Path(__file__).parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert out.stdout.split()[0] == "True" and out.stdout.strip().endswith("[]"), out.stdout + out.stderr

@@ -143,3 +143,58 @@ def test_search_measures_only_around_the_preferred_plan():
     assert st["profiling"]["ops_measured"] == len(be.measured)
     assert 0 < st["profiling"]["ops_measured"] < 40  # 81 with the grounded and random seeds (measured)
     assert st["profiling"]["ops_unmeasured"] > 0  # ops every candidate holds
+
+
+class PrefetchingBackend(CountingBackend):
+    """Records the candidate plans handed to `prefetch` (the CUDA backend compiles their kernels)."""
+
+    def __init__(self, fail: bool = False):
+        super().__init__()
+        self.prefetched: list[str] = []
+        self.fail = fail
+
+    def prefetch(self, plans, env):
+        if self.fail:
+            raise RuntimeError("prefetch broke (test)")
+        self.prefetched += [p.fingerprint() for p in plans]
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["prefetch", "prefetch-fails"])
+def test_prefetch_sees_every_priced_plan_first_and_changes_no_choice(fail):
+    """`prefetch` gets every batch of candidates the search prices (the chosen plan among them); the plans
+    chosen are those of a backend without it, and a failing prefetch is only logged."""
+    g = _graph(mlp)
+    plain = _compile(g, CountingBackend(), search_budget=6)[1]
+    costs.clear_memo()
+    be = PrefetchingBackend(fail)
+    _, llirs, stats = _compile(g, be, search_budget=6)
+    assert [p.fingerprint() for p in llirs] == [p.fingerprint() for p in plain]
+    if not fail:
+        assert llirs[0].fingerprint() in be.prefetched
+        assert len(set(be.prefetched)) >= stats["profiling"]["measure_calls"]
+
+
+def test_every_buckets_preferred_plan_is_prefetched_before_any_search():
+    """With buckets saturated together, the compiler hands the backend the preferred plan of every region
+    of every bucket before the first measurement (the prefill bucket's kernels start compiling while the
+    decode bucket is searched); the plans chosen do not change."""
+    events: list[tuple] = []
+
+    class Ordered(PrefetchingBackend):
+        def prefetch(self, plans, env):
+            events.append(("prefetch", env["s"], len(plans)))
+
+        def measure(self, plans, env):
+            events.append(("measure", env["s"]))
+            return super().measure(plans, env)
+
+    buckets = {"s": [(1, 1), (2, 8)]}
+    plain = _compile(decoder(2), CountingBackend(), buckets=buckets)[1]
+    costs.clear_memo()
+    _, llirs, stats = _compile(decoder(2), Ordered(), buckets=buckets)
+    assert [p.fingerprint() for p in llirs] == [p.fingerprint() for p in plain]
+    first = next(k for k, e in enumerate(events) if e[0] == "measure")
+    regions = 1 + len(stats["rolled"]["bodies"])
+    ahead = events[: 2 * regions]  # one preferred plan per region and bucket, decode's and prefill's
+    assert first >= 2 * regions and all(e[0] == "prefetch" and e[2] == 1 for e in ahead)
+    assert {e[1] for e in ahead} == {1, 8}

@@ -12,7 +12,13 @@ transformers = pytest.importorskip("transformers")
 
 import luminal.torch as lt  # noqa: E402
 from tests.torch.test_hf import LM, _decode  # noqa: E402
-from tests.torch.util import decode_program, expected_step_bytes, record_programs, state_in_place  # noqa: E402
+from tests.torch.util import (  # noqa: E402
+    decode_program,
+    expected_step_bytes,
+    host_scalars,
+    record_programs,
+    state_in_place,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -50,6 +56,10 @@ def test_llama_decode_on_cuda(dtype, monkeypatch):
     assert lt.counters["compiles"] - before == 2
 
     dec = decode_program(programs)
+    # every graph (prefill too) ran on the device path: Dynamo's float inputs (0-d CPU tensors) and
+    # the StaticCache's CPU position counter before prefill are fed from the host as scalars (they
+    # once sent every graph down the host path: the KV cache through the host each token)
+    assert all(p.paths["host"] == 0 for p in programs), [p.paths for p in programs]
     rt = dec.model.stats["runtime"]
     assert rt["runs"] == 2 * steps
     # one graph per cache object (two prompts: two StaticCaches, new addresses), none per token
@@ -63,6 +73,7 @@ def test_llama_decode_on_cuda(dtype, monkeypatch):
     # a decode step: the dims record up, nothing down, no cache bytes on the device
     want = expected_step_bytes(dec)
     assert {k: rt[k] for k in want} == want
+    assert dec.host_fed == host_scalars(dec)  # (none when torch specializes floats)
 
 
 def test_decode_runs_on_a_side_stream():

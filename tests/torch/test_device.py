@@ -19,15 +19,18 @@ from luminal.backends.cuda import runtime  # noqa: E402
 from luminal.compiled import DeviceArray  # noqa: E402
 from luminal.errors import BackendError, InputError  # noqa: E402
 from luminal.torch import program  # noqa: E402
+from luminal.torch.translate import translate  # noqa: E402
 from tests.backends.cuda import fake_driver  # noqa: E402
 from tests.models.test_engine import fake_cuda  # noqa: E402, F401  (fixture: the cuda-fake backend)
 from tests.torch.test_hf import LM, _close, _decode, _model  # noqa: E402
 from tests.torch.util import (  # noqa: E402
     decode_program,
     expected_step_bytes,
+    host_scalars,
     nbytes,
     record_programs,
     state_in_place,
+    trace,
 )
 
 
@@ -106,6 +109,33 @@ def test_static_cache_decode_is_device_resident_and_in_place(device_fake):
     assert {k: rt[k] for k in want} == want
     per_call = [s for s in dec.inputs if s.kind == "tensor" and not s.persistent]
     assert all(nbytes(s) <= 16 for s in per_call), "per call: the token and scalars only (no cache)"
+    # Dynamo's unspecialized floats (RMSNorm eps, attention scaling) are 0-d CPU tensors: fed from
+    # the host, never a reason to leave the device path (on a GPU they once sent the whole step there)
+    assert host_scalars(dec) and dec.host_fed == host_scalars(dec)
+    assert all(p.paths["host"] == 0 for p in programs), "every graph ran on the device path"
+
+
+def test_cpu_scalars_keep_device_tensors_on_the_device_path(fake_cuda, monkeypatch):  # noqa: F811
+    """The GPU decode step's inputs, with "meta" standing for the GPU: device tensors plus 0-d CPU
+    float64 tensors (what Dynamo passes for the Python floats a model reads, with dynamic=True).
+    Those scalars are fed from the host; they must not send the device tensors down the host path
+    (which copies every state tensor -- the KV cache -- through the host each call). A CPU tensor
+    that is not a per-call scalar still selects the host path."""
+    x, s = torch.ones(2, 3), torch.tensor(0.5, dtype=torch.float64)
+    p = program.Program(translate(trace(lambda x, s: x * s, (x, s))), "cuda-fake")
+    monkeypatch.setattr(program, "DEVICE_TYPES", ("meta",))
+    ran = []
+
+    def path(name):
+        return lambda *a: ran.append(name) or {o.name: None for o in p.outputs if o.kind == "tensor"}
+
+    monkeypatch.setattr(p, "_run_device", path("device"))
+    monkeypatch.setattr(p, "_run_host", path("host"))
+    p(x.to("meta"), s)
+    assert ran == ["device"], "a 0-d CPU scalar next to device tensors: the device path"
+    p(x, s)
+    p(x.to("meta"), s.to("meta"))
+    assert ran == ["device", "host", "device"] and p.paths == {"device": 2, "host": 1}
 
 
 def test_a_new_cache_rebinds_only_the_state(device_fake):
@@ -184,3 +214,25 @@ def test_device_array_errors(device_fake):
         model.bind_device("nope", DeviceArray(1 << 20, (1,), np.dtype(np.float32)))
     with pytest.raises(InputError, match="shape"):
         model.bind_device(weight, DeviceArray(1 << 20, (3, 3, 3, 3, 3), np.dtype(np.float32)))
+
+
+def test_export_user_input_mutation_is_state_on_the_device_path(device_fake):
+    """luminal.torch.compile: a KV cache passed as an argument and updated with index_copy_
+    (torch.export's USER_INPUT_MUTATION) is bound by address and written in place -- not copied
+    into the runtime and back each call -- and matches eager."""
+
+    def step(kv, x, pos):
+        kv.index_copy_(2, pos, x)
+        return kv.sum(2) * 2.0
+
+    kv, ref = torch.zeros(1, 2, 64, 4), torch.zeros(1, 2, 64, 4)
+    fast = lt.compile(step, (kv, torch.ones(1, 2, 1, 4), torch.tensor([0])), backend="cuda-fake")
+    gen = torch.Generator().manual_seed(9)
+    for pos in (0, 3, 5):
+        x, p = torch.randn(1, 2, 1, 4, generator=gen), torch.tensor([pos])
+        _close(fast(kv, x, p), step(ref, x, p), f"pos {pos}")
+        _close(kv, ref, f"cache after pos {pos}")
+    rt = fast.stats["runtime"]
+    (spec,) = [s for s in fast.program.inputs if s.state]
+    assert fast.program.model._plans[0][1].resident.bufs[spec.name].ptr == kv.data_ptr(), "bound by address"
+    assert rt["d2h_bytes"] == 0 and rt["d2d_bytes"] < kv.numel() * 4, "the cache is not copied per call"

@@ -69,3 +69,23 @@ def test_any_and_all_over_an_empty_axis_are_the_identities():
     got = compile_fn(fn, [x])(x)
     for g, w in zip(got, fn(x), strict=True):
         assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_leading_unit_axes_are_dropped_for_binary_ops():
+    """A (1, 1, n) add / mul (a Hugging Face decode step's residual and gated product) is built as
+    a (1, n) op viewed back to (1, 1, n) -- the shape the GEMV epilogue rules match -- with torch's
+    values; broadcasting over a dropped axis keeps the full-rank op."""
+    from luminal.hlir.elementwise import Add, Mul
+    from luminal.torch.translate import translate
+    from tests.torch.util import trace
+
+    gen = torch.Generator().manual_seed(3)
+    h, r, w = (torch.randn(1, 1, 8, generator=gen) for _ in range(3))
+    tr = translate(trace(lambda h, r, w: (h + r) * w - r, (h, r, w)))
+    ops = [n.op for n in tr.graph.nodes if isinstance(n.op, (Add, Mul))]
+    shapes = {(type(op).__name__, tuple(int(d) for d in op.shape)) for op in ops}
+    assert shapes == {("Add", (1, 8)), ("Mul", (1, 8))}, shapes
+    prog = compile_fn(lambda h, r, w: (h + r) * w - r, (h, r, w))
+    assert_close(prog(h, r, w)[0], (h + r) * w - r, "(h + r) * w - r")
+    x, y = torch.randn(1, 1, 4, 8, generator=gen), torch.randn(3, 1, 8, generator=gen)  # broadcast over axis 1
+    assert_close(compile_fn(lambda x, y: x + y, (x, y))(x, y)[0], x + y, "broadcast over a leading axis")

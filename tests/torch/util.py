@@ -100,14 +100,21 @@ def nbytes(spec, env: dict | None = None) -> int:
 
 
 def expected_step_bytes(p) -> dict[str, int]:
-    """What one decode step of Program `p` may move: up, the runtime's dims record only; down,
-    nothing; on the device, the per-call tensors (token, position), the outputs (logits) and the
-    state that is not a KV cache (a 0-d position counter, copied: other nodes read it). No cache."""
+    """What one decode step of Program `p` may move (after its first step): up, the runtime's dims
+    record only (the host scalars -- Dynamo's 0-d float inputs -- are unchanged, so not uploaded
+    again); down, nothing; on the device, the per-call device tensors (the token), the outputs
+    (logits) and the state that is not a KV cache (a 0-d position counter, copied: other nodes read
+    it). No cache bytes anywhere."""
     ex = p.model._plans[0][1]
-    per_call = sum(nbytes(s) for s in p.inputs if s.kind == "tensor" and not s.persistent)
+    per_call = sum(nbytes(s) for s in p.inputs if s.kind == "tensor" and not s.persistent and s.name not in p.host_fed)
     outs = sum(nbytes(s) for s in p.outputs if s.kind == "tensor")
     small_state = sum(nbytes(s) for s in p.inputs if s.state and not s.shape)
     return {"h2d_bytes": 8 * (len(ex.slots) + 2), "d2h_bytes": 0, "d2d_bytes": per_call + outs + small_state}
+
+
+def host_scalars(p) -> set[str]:
+    """The per-call inputs of `p` that are 0-d (Dynamo's unspecialized floats, fed from the host)."""
+    return {s.name for s in p.inputs if s.kind == "tensor" and not s.persistent and not s.shape}
 
 
 def state_in_place(p) -> set[str]:

@@ -2,9 +2,11 @@
 
 LLIR ops are the kernel ops (kernels/), introduced by the `kernel_lower` rules beside them; HLIR
 Input and Output run as they are. Every other HLIR op must be lowered, so extraction can only
-choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up,
-ones-filled inputs); `measure` times one-op plans for the search's per-op costs
-(luminal/egraph/costs.py), their kernels compiled together in one NVRTC program first.
+choose plans made of kernels. `profile` times a candidate on the GPU (CUDA events, warm-up, inputs
+of ones filled on the device in a pool every plan of the compile shares: runtime.OnesPool); `measure`
+times one-op plans for the search's per-op costs (luminal/egraph/costs.py), their kernels compiled
+together first; `prefetch` starts compiling candidates' kernels in the background. Plans are profiled
+and loaded with the graph's dims slots (rendered.plan_slots), so each kernel renders and compiles once.
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from luminal.backends.cuda import driver, nvrtc, runtime
+from luminal.backends.cuda import driver, nvrtc, rendered, runtime
 from luminal.backends.cuda.host import HostOp
-from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp
+from luminal.backends.cuda.kernel import Kernel, KernelOp, source
 from luminal.backends.cuda.kernels import KERNEL_OPS
 from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS
 from luminal.backends.cuda.kernels.io import KernelConstant
-from luminal.backends.cuda.runtime import CudaExecutor
+from luminal.backends.cuda.rendered import plan_slots
+from luminal.backends.cuda.runtime import CudaExecutor, OnesPool
 from luminal.dtype import DType
 from luminal.egraph.llir import LLIRGraph, LNode
 from luminal.egraph.rulesets import MATMUL_FLATTEN, Phase, analysis, main_cycle, saturate, with_buffer_reuse
@@ -43,7 +46,9 @@ log = logging.getLogger(__name__)
 # it): plans timed (one-op plans of the search's per-op costs and whole plans it confirms), the seconds
 # it took (executor build, kernel loads, uploads, warm-up and timed runs), and the MB of ones-filled
 # inputs those plans uploaded
-PROFILE_STATS = {"plans_timed": 0, "profile_s": 0.0, "upload_mb": 0.0}
+# (upload_mb: what the plans read; fill_mb / host_mb: what the profiling pool actually filled on the device
+# / uploaded from the host for them: runtime.OnesPool shares one ones-filled buffer per dtype)
+PROFILE_STATS = {"plans_timed": 0, "profile_s": 0.0, "upload_mb": 0.0, "fill_mb": 0.0, "host_mb": 0.0}
 _MAIN, _CLEANUP = main_cycle([MATMUL_FLATTEN, KERNEL_LOWER, MATMUL_BACKEND], [FUSION_GROW])
 # attention first, on the graph as the frontend wrote it (its rules read HLIR terms only): a few
 # iterations over a small e-graph instead of every iteration of the main cycle
@@ -72,6 +77,16 @@ class CudaBackend:
 
     def __init__(self) -> None:
         self._dev = driver.device()  # BackendError with a clear message when no GPU is usable
+        self._pool: OnesPool | None = None  # profiling inputs of this compile (one backend per compile)
+
+    @property
+    def _arch(self) -> str | None:
+        return self._dev.arch
+
+    @property
+    def prefetch_kernels(self) -> bool:
+        """Whether `prefetch` compiles: when `profile` is this class's (plans timed on the GPU)."""
+        return type(self).profile is CudaBackend.profile
 
     @property
     def device(self) -> str:
@@ -79,21 +94,28 @@ class CudaBackend:
         return f"cuda-{self._dev.name}-{self._dev.arch}-nvrtc{major}.{minor}"
 
     def load(self, llir: LLIRGraph) -> CudaExecutor:
-        return CudaExecutor(llir.nodes)
+        self._pool = None  # the search is over (the compiler loads plans last): free the profiling inputs
+        return CudaExecutor(llir.nodes, dims=llir.dims)  # the slots its kernels were profiled with
 
     def profile(self, llir: LLIRGraph, env: Mapping[str, int]) -> float:
+        """Seconds of one run of `llir` at `env`, on the ones-filled inputs of this compile's pool; its
+        kernels are rendered with the graph's dims slots (`env`'s), as in the whole plan."""
         t = time.perf_counter()
         sizes = input_extents(llir.nodes, env)
+        if self._pool is None:
+            self._pool = OnesPool()
+        before = dict(self._pool.stats)
         try:
-            return CudaExecutor(llir.nodes).profile(env, sizes)
+            return CudaExecutor(llir.nodes, dims=env).profile(env, sizes, pool=self._pool)
         finally:
-            count_profile(llir, sizes, time.perf_counter() - t)
+            filled = {k: self._pool.stats[k] - before[k] for k in before}
+            count_profile(llir, sizes, time.perf_counter() - t, filled["fill_bytes"], filled["upload_bytes"])
 
     def measure(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> list[float | str]:
         """Seconds of each one-op plan net of the fixed cost of timing a plan (one launch included);
         a str says why a plan could not be compiled or run."""
-        if type(self).profile is CudaBackend.profile:  # timed on the GPU: compile every kernel at once
-            _precompile(plans)
+        if self.prefetch_kernels:  # timed on the GPU: compile every kernel at once
+            _precompile(plans, env)
         base = self._timing_base(env)
         out: list[float | str] = []
         for p in plans:
@@ -102,6 +124,17 @@ class CudaBackend:
             except Exception as e:  # noqa: BLE001 - a candidate op that cannot be built or run is skipped, never fatal
                 out.append(f"{type(e).__name__}: {e}")
         return out
+
+    def prefetch(self, plans: Sequence[LLIRGraph], env: Mapping[str, int]) -> None:
+        """Start compiling the kernels of candidate plans `plans` in the background (rendered with the
+        slots `profile` uses), so the long ones (attention) compile while the search goes on. Only where
+        plans are timed on the GPU (`prefetch_kernels`)."""
+        if not self.prefetch_kernels:
+            return
+        ks = {k.code: k for p in plans for k in plan_kernels(p.nodes, env)}
+        ks = {c: k for c, k in ks.items() if c not in runtime._MODULES}
+        if ks:
+            nvrtc.prefetch(list(ks), lambda codes: source([ks[c] for c in codes]), self._arch)
 
     def _timing_base(self, env: Mapping[str, int]) -> float:
         """What `profile` reports beyond the launches themselves: a one-kernel plan's time minus one
@@ -113,17 +146,20 @@ class CudaBackend:
         return base
 
     def counters(self) -> dict[str, float]:
-        """NVRTC counters (compiles, cache hits, seconds) and profiling counters (PROFILE_STATS): the
-        compiler reports their change per compile."""
-        return {**nvrtc.STATS, **PROFILE_STATS}
+        """NVRTC counters (compiles, cache hits, seconds), profiling counters (PROFILE_STATS) and kernel
+        renders (rendered.STATS): the compiler reports their change per compile."""
+        return {**nvrtc.STATS, **PROFILE_STATS, **rendered.STATS}
 
 
-def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float) -> None:
-    """Add one timed plan to PROFILE_STATS (`sizes`: element count of each Input it uploads)."""
+def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float, filled: int = 0, host: int = 0) -> None:
+    """Add one timed plan to PROFILE_STATS (`sizes`: element count of each Input it reads; `filled` /
+    `host`: bytes the profiling pool filled on the device / uploaded for it)."""
     ins = {n.op.label: n.dtype.itemsize for n in llir.nodes if isinstance(n.op, Input)}
     PROFILE_STATS["plans_timed"] += 1
     PROFILE_STATS["profile_s"] += seconds
     PROFILE_STATS["upload_mb"] += sum(int(sizes.get(k, 0)) * b for k, b in ins.items()) / 2**20
+    PROFILE_STATS["fill_mb"] += filled / 2**20
+    PROFILE_STATS["host_mb"] += host / 2**20
 
 
 def _trivial(n: int) -> LLIRGraph:
@@ -133,24 +169,19 @@ def _trivial(n: int) -> LLIRGraph:
     return LLIRGraph(nodes, {f"out{i}": n + i for i in range(n)})
 
 
-def plan_kernels(nodes) -> list[Kernel]:
-    """The kernels a CudaExecutor of `nodes` renders (same dims slots), for batched compiling."""
-    names: set[str] = set()
-    for n in nodes:
-        if isinstance(n.op, KernelOp):
-            names |= n.op.dim_names() | n.op.out_size().dims() | n.op.scratch_bytes().dims()
-        elif isinstance(n.op, HostOp):
-            names |= n.op.dim_names() | n.op.out_size().dims()
-    slots = {d: i for i, d in enumerate(sorted(names))}
-    kslots = {**slots, ERROR_SLOT: len(slots)}
-    return [n.op.render(kslots) for n in nodes if isinstance(n.op, KernelOp)]
+def plan_kernels(nodes, dims=()) -> list[Kernel]:
+    """The kernels a CudaExecutor of `nodes` renders (same dims slots: `dims` as given to it), for
+    batched compiling."""
+    kslots = plan_slots(nodes, dims)
+    return [rendered.render(n.op, kslots) for n in nodes if isinstance(n.op, KernelOp)]
 
 
-def _precompile(plans: Sequence[LLIRGraph]) -> None:
-    """Compile and load every kernel of `plans` in one NVRTC program; on failure (one bad kernel
-    fails the program) each plan compiles its own when profiled, so only the bad one is skipped."""
+def _precompile(plans: Sequence[LLIRGraph], dims=()) -> None:
+    """Compile and load every kernel of `plans` (rendered with the slots of `dims`, as `profile` does) in
+    one batch; on failure (one bad kernel fails its program) each plan compiles its own when profiled,
+    so only the bad one is skipped."""
     try:
-        kernels = [k for p in plans for k in plan_kernels(p.nodes)]
+        kernels = [k for p in plans for k in plan_kernels(p.nodes, dims)]
         if kernels:
             runtime.load_kernels(kernels)
     except Exception as e:  # noqa: BLE001 - only an optimization: each plan then compiles its own kernels

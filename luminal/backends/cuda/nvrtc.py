@@ -6,7 +6,8 @@ concurrent processes never read a torn file. `compile_units` caches per kernel: 
 indexed (`<cache dir>/kernels/by-code/<code key>` names the image holding it), so a batch that mixes
 kernels compiled before, in any grouping, with new ones compiles only the new ones: in one program per
 CPU (`workers()`), compiled in parallel threads (NVRTC releases the GIL; each program parses the headers
-once, so a handful of programs, balanced by code size).
+once, so a handful of programs, balanced by code size). `prefetch` starts such compiles in the
+background (the search hands it every candidate plan's kernels), and compile_units waits for them.
 Works without a GPU: the arch defaults to sm_90 (the GPU machine's H200) when no device is usable.
 """
 
@@ -21,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from luminal.errors import BackendError
@@ -33,9 +34,14 @@ STD = "c++17"
 _MEMORY: dict[str, bytes] = {}
 _LOCK = threading.Lock()
 # programs compiled, cache hits (programs, or kernels for compile_units), seconds (wall and this
-# process's CPU: the CPU figure does not grow with other processes' load), kernels compiled
-STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0, "compile_cpu_s": 0.0, "kernels": 0}
+# process's CPU: the CPU figure does not grow with other processes' load), kernels compiled; kernels
+# compiled ahead (`prefetch`), and the wall seconds callers spent in compile_units (compiling, or waiting
+# for kernels under way: NVRTC on the compile's critical path; compile_s sums the programs' own seconds)
+STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0, "compile_cpu_s": 0.0, "kernels": 0,
+         "prefetched": 0, "wait_s": 0.0}  # fmt: skip
 _BY_CODE: dict[str, bytes] = {}  # code key -> image holding that kernel (compile_units)
+_PENDING: dict[str, Future] = {}  # code key -> the image holding it, being compiled ahead (`prefetch`)
+_POOL: list[ThreadPoolExecutor] = []  # the threads programs compile in (one per CPU)
 
 
 @functools.cache
@@ -106,7 +112,7 @@ def _key(source: str, arch: str, options: tuple[str, ...]) -> str:
 def compile_cubin(source: str, arch: str | None = None, name: str = "luminal.cu") -> bytes:
     """Compile one translation unit to a cubin for `arch` ("sm_90"); cached in memory and on disk."""
     arch = arch or default_arch()
-    options = (f"--gpu-architecture={arch}", f"-std={STD}", *(f"-I{d}" for d in include_dirs()))
+    options = _options(arch)
     key = _key(source, arch, options)
     hit = _MEMORY.get(key)
     if hit is not None:
@@ -122,7 +128,7 @@ def compile_cubin(source: str, arch: str | None = None, name: str = "luminal.cu"
     except OSError:
         image = _compile(source, options, name)
         if path is not None:
-            _atomic_write(path, image)
+            atomic_write(path, image)
     with _LOCK:
         _MEMORY[key] = image
     return image
@@ -132,43 +138,105 @@ def compile_units(
     codes: Sequence[str], render: Callable[[list[str]], str], arch: str | None = None
 ) -> dict[str, bytes]:
     """The image holding each kernel of `codes` (its source text, an entry point): kernels compiled before
-    (this process, or any process through the disk index) are reused whatever batch they came in; the
-    others are compiled together, `render(codes)` being their translation unit."""
+    (this process, or any process through the disk index) or being compiled ahead (`prefetch`) are
+    reused whatever batch they came in; the others are compiled together, `render(codes)` being their
+    translation unit, in one program per CPU."""
+    t0 = time.perf_counter()
     arch = arch or default_arch()
-    options = (f"--gpu-architecture={arch}", f"-std={STD}", *(f"-I{d}" for d in include_dirs()))
-    root = cache_dir()
+    options = _options(arch)
     out: dict[str, bytes] = {}
-    images: dict[str, bytes] = {}  # image key -> image (read once per batch)
     todo: list[str] = []
     for code in dict.fromkeys(codes):
         ck = _key(code, arch, options)
-        img = _BY_CODE.get(ck)
-        if img is None and root is not None:
+        img = _known(ck)
+        if img is not None:
+            _PENDING.pop(ck, None)  # compiled ahead and indexed by now
+        elif ck in _PENDING:
             try:
-                ik = (root / "by-code" / ck).read_text().strip()
-                img = images.get(ik) or (root / f"{ik}.cubin").read_bytes()
-                images[ik] = img
-            except OSError:
-                img = None
+                img = _PENDING[ck].result()
+            except Exception as e:  # noqa: BLE001 - compiled again below, with its own batch
+                log.debug("nvrtc: a kernel compiled ahead failed (%s); compiling it with its batch", str(e)[:200])
+            finally:
+                _PENDING.pop(ck, None)
         if img is None:
             todo.append(code)
             continue
-        STATS["memory_hits" if ck in _BY_CODE else "disk_hits"] += 1
-        _BY_CODE[ck] = out[code] = img
+        out[code] = img
     groups = [(g, render(g)) for g in _groups(todo, workers())]
     if len(groups) > 1:
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:  # NVRTC releases the GIL
-            built = list(pool.map(lambda gs: compile_cubin(gs[1], arch), groups))
+        built = list(_pool().map(lambda gs: _build(gs[0], gs[1], arch, options), groups))
     else:
-        built = [compile_cubin(src, arch) for _, src in groups]
-    for (group, src), img in zip(groups, built, strict=True):
-        ik = _key(src, arch, options)
-        for code in group:
-            ck = _key(code, arch, options)
-            _BY_CODE[ck] = out[code] = img
-            if root is not None:
-                _atomic_write(root / "by-code" / ck, ik.encode())
+        built = [_build(g, src, arch, options) for g, src in groups]
+    for (group, _), img in zip(groups, built, strict=True):
+        out.update(dict.fromkeys(group, img))
+    STATS["wait_s"] += time.perf_counter() - t0
     return out
+
+
+def prefetch(codes: Sequence[str], render: Callable[[list[str]], str], arch: str | None = None) -> int:
+    """Start compiling the kernels of `codes` that are neither compiled nor on disk nor under way, in the
+    background (one program per CPU, the longest first); `compile_units` waits for them when it is asked
+    for them. Returns how many kernels were started. The search calls it with every candidate plan it
+    prices, so the long kernels (prefill attention: ~5 s of NVRTC) compile while the rest goes on."""
+    arch = arch or default_arch()
+    options = _options(arch)
+    todo = []
+    for code in dict.fromkeys(codes):
+        ck = _key(code, arch, options)
+        if ck not in _PENDING and _known(ck) is None:
+            todo.append(code)
+    for group in _groups(todo, workers()):
+        fut = _pool().submit(_build, group, render(group), arch, options)
+        for code in group:
+            _PENDING[_key(code, arch, options)] = fut
+    STATS["prefetched"] += len(todo)
+    return len(todo)
+
+
+def _options(arch: str) -> tuple[str, ...]:
+    return (f"--gpu-architecture={arch}", f"-std={STD}", *(f"-I{d}" for d in include_dirs()))
+
+
+def _known(ck: str) -> bytes | None:
+    """The image holding kernel `ck` from this process or the disk index, or None (counts the hit)."""
+    img = _BY_CODE.get(ck)
+    if img is not None:
+        STATS["memory_hits"] += 1
+        return img
+    root = cache_dir()
+    if root is None:
+        return None
+    try:
+        ik = (root / "by-code" / ck).read_text().strip()
+        img = _MEMORY.get(ik) or (root / f"{ik}.cubin").read_bytes()
+    except OSError:
+        return None
+    with _LOCK:
+        _MEMORY.setdefault(ik, img)  # one read (and one bytes object: one module) per image
+    STATS["disk_hits"] += 1
+    _BY_CODE[ck] = img
+    return img
+
+
+def _build(group: list[str], src: str, arch: str, options: tuple[str, ...]) -> bytes:
+    """Compile one program of kernels `group` (source `src`) and index each kernel (memory and disk)."""
+    img = compile_cubin(src, arch)
+    ik = _key(src, arch, options)
+    root = cache_dir()
+    for code in group:
+        ck = _key(code, arch, options)
+        _BY_CODE[ck] = img
+        if root is not None:
+            atomic_write(root / "by-code" / ck, ik.encode())
+    return img
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        with _LOCK:
+            if not _POOL:
+                _POOL.append(ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="nvrtc"))
+    return _POOL[0]
 
 
 def workers() -> int:
@@ -243,7 +311,7 @@ def _format_log(text: str, source: str, name: str) -> str:
     return msg
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -268,5 +336,8 @@ def default_arch() -> str:
 
 
 def clear_memory_cache() -> None:
+    for fut in list(_PENDING.values()):  # compiles under way finish first (they write _BY_CODE)
+        fut.exception()
+    _PENDING.clear()
     _MEMORY.clear()
     _BY_CODE.clear()

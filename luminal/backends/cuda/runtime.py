@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +39,7 @@ from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp, source
 from luminal.backends.cuda.kernels.indexing import KernelGather, KernelGatherFused
+from luminal.backends.cuda.rendered import plan_slots, render
 from luminal.errors import BackendError, InputError
 from luminal.hlir import Input, Output
 from luminal.shape.expr import ONE, Expression
@@ -161,10 +162,52 @@ class Resident:
         self.src.clear()
 
 
+class OnesPool:
+    """Device buffers filled with ones for timing plans (`CudaExecutor.profile`), filled on the device
+    (cuMemsetD8/D16/D32 with the bit pattern of 1 in the dtype) and shared by every plan timed with the
+    pool: per dtype, numbered buffers grown to the largest input asked for (a plan's largest input of a
+    dtype gets buffer 0, the next buffer 1, ...: its inputs never alias), so the 128256 x 2048 head of a
+    model is filled once per compile, not uploaded from the host once per candidate op. Buffers of
+    inputs a plan writes in place are separate and filled again before each plan.
+    `stats`: bytes filled on the device and bytes uploaded (8-byte dtypes, which no memset can fill)."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[tuple, driver.DeviceBuffer] = {}
+        self.stats = {"fill_bytes": 0, "upload_bytes": 0, "allocs": 0}
+
+    def get(self, dt, k: int, nbytes: int, written: bool = False) -> int:
+        """Pointer to at least `nbytes` of ones of dtype `dt` in the pool's k-th buffer of `dt` (a plan's
+        inputs each get their own k); `written`: a plan writes it in place, so it is filled again now."""
+        key = (dt, k, written)
+        buf = self.bufs.get(key)
+        if buf is None or buf.nbytes < nbytes:
+            driver.device().synchronize()  # queued timing runs may still read the old buffer
+            self.bufs[key] = buf = None
+            self.bufs[key] = buf = driver.DeviceBuffer(max(nbytes, 256))
+            self.stats["allocs"] += 1
+            self._fill(buf.ptr, dt, buf.nbytes)
+        elif written:
+            self._fill(buf.ptr, dt, nbytes)
+        return buf.ptr
+
+    def _fill(self, ptr: int, dt, nbytes: int) -> None:
+        stream = driver.device().stream
+        size = dt.itemsize
+        count = nbytes // size
+        if size in (1, 2, 4):
+            bits = int(np.ones(1, dt.np).view(f"u{size}")[0])
+            driver.call(f"cuMemsetD{8 * size}Async", ptr, bits, count, stream)
+            self.stats["fill_bytes"] += count * size
+        elif count:
+            driver.htod(ptr, np.ones(count, dt.np), stream)
+            self.stats["upload_bytes"] += count * size
+
+
 class CudaExecutor:
     runs_host_ops = True  # host ops (cuBLASLt) run as graph child nodes; see host/__init__.py
 
-    def __init__(self, nodes: Sequence, persistent: frozenset[str] = frozenset(), use_graphs: bool = True):
+    def __init__(self, nodes: Sequence, persistent: frozenset[str] = frozenset(), use_graphs: bool = True,
+                 dims: Iterable[str] = ()):  # fmt: skip
         self.dev = driver.device()
         self.nodes = list(nodes)
         self.persistent = frozenset(persistent)
@@ -176,21 +219,12 @@ class CudaExecutor:
             raise BackendError(
                 f"the cuda backend cannot run ops {bad}: the LLIR must hold CUDA kernel and host ops only"
             )
-        names: set[str] = set()
-        for n in self.nodes:
-            if isinstance(n.op, KernelOp):
-                names |= n.op.dim_names() | n.op.out_size().dims() | n.op.scratch_bytes().dims()
-            elif isinstance(n.op, HostOp):
-                names |= n.op.dim_names() | n.op.out_size().dims()
-            a = n.op.alias()
-            if a is not None:
-                names |= a[1].dims()
-        self.slots = {d: i for i, d in enumerate(sorted(names))}
+        kslots = plan_slots(self.nodes, dims)
+        self.slots = {d: i for d, i in kslots.items() if d != ERROR_SLOT}
         # two words after the dims: (flag, value) a kernel sets to report an error (Gather out of range)
         self._err = len(self.slots)
         t0 = time.perf_counter()
-        kslots = {**self.slots, ERROR_SLOT: self._err}
-        rendered = {i: n.op.render(kslots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
+        rendered = {i: render(n.op, kslots) for i, n in enumerate(self.nodes) if isinstance(n.op, KernelOp)}
         self._reports = any(isinstance(n.op, (KernelGather, KernelGatherFused)) for n in self.nodes)
         mods = load_kernels(list(rendered.values()))
         self.steps: list[Step] = []
@@ -246,6 +280,7 @@ class CudaExecutor:
         self._sampler = None
         self._split_inputs()
         self._profiled = False
+        self._fixed: dict[int, tuple[int, int]] | None = None  # input node -> (ptr, bytes) while profiling
         self._state: dict[str, tuple[int, int]] = {}  # state label -> (input node, output node)
 
     # -- public -----------------------------------------------------------------------------------
@@ -343,23 +378,37 @@ class CudaExecutor:
             raise BackendError(f"Gather: index {int(err[1])} out of range for its data (cuda kernel)")
         return ids
 
-    def profile(self, env: Mapping[str, int], input_sizes: Mapping[str, int], reps: int = 20, warmup: int = 3) -> float:
+    def profile(self, env: Mapping[str, int], input_sizes: Mapping[str, int], reps: int = 20, warmup: int = 3,
+                pool: OnesPool | None = None) -> float:  # fmt: skip
         """Median seconds of one plan execution (CUDA events around the graph launch), after
-        warm-up, on inputs filled with ones (never zeros: zeros hide NaN paths and denormals)."""
-        feed = {}
-        for label, i in self.inputs.items():
-            dt = self.nodes[i].dtype
-            feed[label] = np.ones(int(input_sizes[label]), dt.np)
-        self._prepare(feed, env)
-        for _ in range(warmup):
-            self._execute()
-        evs = [(driver.Event(), driver.Event()) for _ in range(reps)]
-        for a, b in evs:
-            a.record(self.dev.stream)
-            self._execute()
-            b.record(self.dev.stream)
-        self.dev.synchronize()
-        self.resident.forget_sources()  # the device copies of persistent inputs now hold ones
+        warm-up, on inputs filled with ones (never zeros: zeros hide NaN paths and denormals).
+        The inputs are `pool`'s device buffers (filled on the device, shared by every plan timed with
+        that pool; a fresh pool when None), not this plan's own: its bound inputs are left as they
+        were, and the next `run` binds its own pointers again."""
+        pool = pool or OnesPool()
+        need = {i: int(input_sizes[label]) * self.nodes[i].dtype.itemsize for label, i in self.inputs.items()}
+        rank: dict = {}  # (dtype, written) -> inputs so far: the k-th largest gets the pool's k-th buffer
+        self._fixed = {}
+        for i in sorted(need, key=lambda i: -need[i]):  # a plan's inputs never share bytes (nor L2 lines)
+            dt, written = self.nodes[i].dtype, i in self._written  # written in place: refilled per plan
+            k = rank[dt, written] = rank.get((dt, written), -1) + 1
+            self._fixed[i] = (pool.get(dt, k, need[i], written), need[i])
+        try:
+            self._prepare({}, env)
+            for _ in range(warmup):
+                self._execute()
+            evs = [(driver.Event(), driver.Event()) for _ in range(reps)]
+            for a, b in evs:
+                a.record(self.dev.stream)
+                self._execute()
+                b.record(self.dev.stream)
+            self.dev.synchronize()
+        finally:
+            self._fixed = None
+            self._res_version = -1  # the next run points the plan at its own inputs again
+            for i in self.inputs.values():
+                self._ptrs.pop(i, None)
+            self._small.clear()
         return float(np.median([b.elapsed_ms(a) for a, b in evs])) * 1e-3
 
     def _split_inputs(self) -> None:
@@ -443,10 +492,15 @@ class CudaExecutor:
             for (kind, i), off in self._plan.offsets.items():
                 if kind == "out":
                     self._ptrs[i] = self._arena.ptr + off
-        for label in self._per_run:
-            moved |= self._place_input(label, self.inputs[label], feed)
+        if self._fixed is not None:  # profiling: every input at a pool buffer (`profile`)
+            for i, (ptr, nbytes) in self._fixed.items():
+                moved |= self._ptrs.get(i) != ptr
+                self._ptrs[i], self._in_nbytes[i] = ptr, nbytes
+        else:
+            for label in self._per_run:
+                moved |= self._place_input(label, self.inputs[label], feed)
         res = self.resident
-        if res.version != self._res_version or any(k in self._resident_labels for k in feed):
+        if self._fixed is None and (res.version != self._res_version or any(k in self._resident_labels for k in feed)):
             for label in self._resident_labels:
                 moved |= self._place_resident(label, self.inputs[label], feed)
             self._res_version = res.version
@@ -469,6 +523,8 @@ class CudaExecutor:
         }
 
     def _capacity(self, root: int) -> int:
+        if self._fixed is not None and root in self._fixed:
+            return self._fixed[root][1]
         if root in self.inputs.values():
             label = self.nodes[root].op.label
             return self.resident.bufs[label].nbytes if label in self.persistent else self._in_bufs[label].nbytes
@@ -494,14 +550,13 @@ class CudaExecutor:
         arr = np.ascontiguousarray(feed[label]).reshape(-1)
         self._check_dtype(label, i, arr)
         buf = self._in_bufs.get(label)
-        moved = False
         if buf is None or buf.nbytes < arr.nbytes:
             cap = arr.nbytes if buf is None else int(arr.nbytes * GROWTH)
             self.dev.synchronize()
             self._in_bufs[label] = buf = None
             self._in_bufs[label] = buf = driver.DeviceBuffer(cap)
             self._small.pop(label, None)
-            moved = True
+        moved = self._ptrs.get(i) != buf.ptr
         self._ptrs[i] = buf.ptr
         self._in_nbytes[i] = arr.nbytes
         if arr.nbytes <= SMALL_INPUT and i not in self._written:
@@ -516,13 +571,13 @@ class CudaExecutor:
         """A per-run input in caller device memory: copied device-to-device into this plan's own
         buffer (a stable address for the CUDA graph), on the runtime's stream."""
         self._check_dtype(label, i, arr)
-        buf, moved = self._in_bufs.get(label), False
+        buf = self._in_bufs.get(label)
         if buf is None or buf.nbytes < arr.nbytes:
             cap = arr.nbytes if buf is None else int(arr.nbytes * GROWTH)
             self.dev.synchronize()
             self._in_bufs[label] = buf = None
             self._in_bufs[label] = buf = driver.DeviceBuffer(cap)
-            moved = True
+        moved = self._ptrs.get(i) != buf.ptr
         self._small.pop(label, None)
         self._ptrs[i] = buf.ptr
         self._in_nbytes[i] = arr.nbytes

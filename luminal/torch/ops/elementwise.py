@@ -15,22 +15,40 @@ def _pair(c, a, b):
     return c.tensor(a), c.tensor(b)
 
 
+def _binary(c, a, b, op):
+    """op(a, b) at the output's rank less its leading literal-1 axes (kept at rank >= 2), viewed back
+    to torch's rank: a Hugging Face decode step's (1, 1, n) residual add or gated product is built
+    as the (1, n) op the zoo's graphs have -- the same values, and the shape the CUDA backend's
+    GEMV epilogue rules (gemvfused.egg: residual, gated; sh = (1, n)) are written for."""
+    a, b = _pair(c, a, b)
+    shape = c.shape
+    k = 0
+    while k < len(shape) - 2 and shape[k].is_num and shape[k].value == 1:
+        k += 1
+    keep = len(shape) - k
+    lead = [d for t in (a, b) for d in t.shape[: max(t.ndim - keep, 0)]]  # the operands' axes dropped
+    if k == 0 or any(d != 1 for d in lead):
+        return op(a, b)
+    a, b = (t.squeeze(tuple(range(t.ndim - keep))) if t.ndim > keep else t for t in (a, b))
+    out = op(a, b)
+    for _ in range(k):
+        out = out.unsqueeze(0)
+    return out
+
+
 @aten("add.Tensor", "add.Scalar", note="`a + alpha*b` in the promoted dtype")
 def add(c, a, b, alpha=1):
-    a, b = _pair(c, a, b)
-    return a + (b if alpha == 1 else b * alpha)
+    return _binary(c, a, b, lambda a, b: a + (b if alpha == 1 else b * alpha))
 
 
 @aten("sub.Tensor", "sub.Scalar", note="`a - alpha*b`")
 def sub(c, a, b, alpha=1):
-    a, b = _pair(c, a, b)
-    return a - (b if alpha == 1 else b * alpha)
+    return _binary(c, a, b, lambda a, b: a - (b if alpha == 1 else b * alpha))
 
 
 @aten("mul.Tensor", "mul.Scalar", note="`a * b`")
 def mul(c, a, b):
-    a, b = _pair(c, a, b)
-    return a * b
+    return _binary(c, a, b, lambda a, b: a * b)
 
 
 @aten("div.Tensor", "div.Scalar", note="true division (ints promote to float)")

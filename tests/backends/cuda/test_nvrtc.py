@@ -89,3 +89,30 @@ def test_runtime_loads_one_module_per_image_through_the_index(tmp_path, monkeypa
     again = runtime.load_kernels(ks)  # a and bb are loaded: only ccc is compiled, in a module of its own
     assert nvrtc.STATS["kernels"] == k0 + 3 and len(loaded) == 2 and b"rt_ccc" in loaded[1]
     assert again[ks[0].code] is mods[ks[0].code] and again[ks[2].code] is not mods[ks[0].code]
+
+
+def test_prefetched_kernels_are_compiled_once_and_waited_for(tmp_path, monkeypatch):
+    """`prefetch` compiles in the background; compile_units then waits for those kernels instead of
+    compiling them again, and compiles only what was not prefetched. A kernel whose prefetch failed is
+    compiled again with its batch (so the error, if any, is its batch's)."""
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_NVRTC_THREADS", "2")
+    nvrtc.clear_memory_cache()
+    a, b, c = _kernel("pre_a"), _kernel("pre_bb"), _kernel("pre_ccc")
+    k0, w0 = nvrtc.STATS["kernels"], nvrtc.STATS["wait_s"]
+    assert nvrtc.prefetch([a, b], _render, arch="sm_90") == 2
+    assert nvrtc.prefetch([a, b], _render, arch="sm_90") == 0  # under way: not started twice
+    images = nvrtc.compile_units([a, b, c], _render, arch="sm_90")
+    assert nvrtc.STATS["kernels"] == k0 + 3  # a and b once (ahead), c with the batch
+    assert b"pre_a" in images[a] and b"pre_bb" in images[b] and b"pre_ccc" in images[c]
+    assert nvrtc.STATS["wait_s"] > w0 and not nvrtc._PENDING
+    assert nvrtc.prefetch([a, b, c], _render, arch="sm_90") == 0  # compiled: nothing to start
+    bad = 'extern "C" __global__ void pre_bad(float* x) { x[0] = undeclared; }'
+    assert nvrtc.prefetch([bad], _render, arch="sm_90") == 1
+    try:
+        nvrtc.compile_units([bad], _render, arch="sm_90")
+    except Exception as e:  # noqa: BLE001 - the batch's own compile reports the error
+        assert "undeclared" in str(e)
+    else:
+        raise AssertionError("a kernel that does not compile must fail its batch")
+    nvrtc.clear_memory_cache()

@@ -157,3 +157,44 @@ def test_cuda_without_gpu_is_a_clear_error():
     with pytest.raises(BackendError, match="GPU"):
         g.compile("cuda")
     assert g.compile("auto").backend == "reference"
+
+
+@cuda
+@pytest.mark.parametrize("dt", [lm.f32, lm.f16, lm.bf16, lm.i32, lm.i8, lm.u8, lm.bool, lm.i64, lm.f64])
+def test_profiling_pool_fills_ones_on_the_device(dt):
+    """runtime.OnesPool: cuMemsetD8/D16/D32 with the bit pattern of 1 (a host upload for 8-byte dtypes);
+    a plan's second input of a dtype gets another buffer; a written buffer is filled again."""
+    from luminal.backends.cuda.runtime import OnesPool
+
+    pool = OnesPool()
+    n = 1000
+    p0, p1 = pool.get(dt, 0, n * dt.itemsize), pool.get(dt, 1, n * dt.itemsize)
+    assert p0 != p1 and pool.get(dt, 0, 10 * dt.itemsize) == p0  # no regrowth for a smaller ask
+    dev = driver.device()
+    for ptr in (p0, p1):
+        got = np.zeros(n, dt.np)
+        driver.dtoh(got, ptr, dev.stream)
+        dev.synchronize()
+        np.testing.assert_array_equal(got, np.ones(n, dt.np))
+    w = pool.get(dt, 0, n * dt.itemsize, written=True)
+    driver.call("cuMemsetD8Async", w, 0, n * dt.itemsize, dev.stream)  # a plan wrote over it
+    assert pool.get(dt, 0, n * dt.itemsize, written=True) == w
+    got = np.zeros(n, dt.np)
+    driver.dtoh(got, w, dev.stream)
+    dev.synchronize()
+    np.testing.assert_array_equal(got, np.ones(n, dt.np))
+
+
+@cuda
+def test_a_model_runs_on_its_own_inputs_after_profiling():
+    from luminal.backends.cuda.backend import input_extents
+
+    g, specs = build("binary_bf16")
+    m, ref = g.compile("cuda", cache=False), g.compile("reference", cache=False)
+    feed = make_inputs(specs, 7, seed=1)
+    m.run(feed)
+    m._executor.profile({"s": 64}, input_extents(m.plans[0].nodes, {"s": 64}))
+    feed = make_inputs(specs, 7, seed=2)
+    got, want = m.run(feed), ref.run(feed)
+    for name, arr in want.items():
+        assert_matches(got[name], arr, g.nodes[g.outputs[name]].dtype, 1.0, f"after profiling: {name}")

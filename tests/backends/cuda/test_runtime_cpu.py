@@ -113,7 +113,23 @@ def test_persistent_inputs_upload_once_and_state_stays_on_device(fake):
         ex.bind("x", x_np)
 
 
-def test_profile_on_ones_and_extents(fake):
+@pytest.fixture
+def memset(fake, monkeypatch):
+    """The fake driver plus `driver.call` for the device fills (cuMemsetD8/D16/D32Async), logged."""
+
+    def call(name, *args):
+        if name not in ("cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async"):
+            raise AssertionError(f"unexpected driver call {name}")
+        ptr, bits, count, _stream = args
+        size = int(name[len("cuMemsetD") : -len("Async")]) // 8
+        fake_driver.mem(ptr, count * size).view(f"u{size}")[:] = bits
+        fake_driver.LOG.append(f"{name} {count * size}")
+
+    monkeypatch.setattr(fake_driver, "call", call, raising=False)
+    return fake
+
+
+def test_profile_on_ones_and_extents(memset):
     from luminal.backends.cuda.backend import input_extents
 
     g, specs = build("reduce_f32")
@@ -124,6 +140,43 @@ def test_profile_on_ones_and_extents(fake):
     assert ext == {"x": 5 * 40}
     assert ex.profile({"s": 5}, ext) > 0
     assert not ex.resident.src
+
+
+@pytest.mark.parametrize("case", ["binary_bf16", "ints_i8", "cast_f16"])
+def test_profile_fills_inputs_on_the_device_once_per_pool(memset, case):
+    """Profiling inputs are ones filled by a device memset of the dtype's bit pattern (no host upload
+    of input bytes), shared by every plan timed with one pool; the plan really computes on ones; the
+    executor's own inputs are bound again by the next run (its results equal the reference)."""
+    from luminal.backends.cuda.backend import input_extents
+
+    g, specs = build(case)
+    llir = plan(g)
+    env = {"s": 5}
+    ext = input_extents(llir.nodes, env)
+    ref = g.compile("reference", cache=False)
+    pool = runtime.OnesPool()
+    ex = runtime.CudaExecutor(llir.nodes)
+    fake_driver.bind(ex)
+    fake_driver.LOG.clear()
+    ex.profile(env, ext, reps=2, warmup=1, pool=pool)
+    fills = [e for e in fake_driver.LOG if e.startswith("cuMemset")]
+    in_bytes = sum(ext[n.op.label] * n.dtype.itemsize for n in llir.nodes if type(n.op).__name__ == "Input")
+    assert fills and sum(int(e.split()[1]) for e in fills) >= in_bytes
+    assert all(int(e.split()[1]) <= 8 * (len(ex.slots) + 2) for e in fake_driver.LOG if e.startswith("htod"))
+    ones = {lb: np.ones((5, ext[lb] // 5), specs[lb][1].np) for lb in ext}  # what the kernels read
+    for label, want in ref.run(ones).items():
+        s = ex.outputs[label]
+        got = fake_driver.mem(ex._ptrs[s], ex._bytes(s)).view(want.dtype).reshape(want.shape)
+        assert_matches(got, want, g.nodes[g.outputs[label]].dtype, 1.0, f"{case}/{label} on ones")
+    # a second plan (and the same one again) on the same pool: nothing allocated or filled again
+    stats = dict(pool.stats)
+    runtime.CudaExecutor(llir.nodes).profile(env, ext, reps=1, warmup=0, pool=pool)
+    assert pool.stats == stats
+    # the executor runs on its own inputs afterwards
+    feed = make_inputs(specs, 5, seed=3)
+    for label, want in ref.run(feed).items():
+        got = ex.run(feed, env)[label]
+        assert_matches(got.reshape(want.shape), want, g.nodes[g.outputs[label]].dtype, 1.0, f"{case}/{label}")
 
 
 def test_unsupported_ops_are_refused(fake):
@@ -310,3 +363,23 @@ def test_every_plan_with_a_gather_reads_its_error_slot_back(fake, fused):
     kinds = {type(n.op) for n in ex.nodes} & set(INDEXING_KERNELS)
     assert kinds and KernelScatter not in kinds, kinds
     assert ex._reports
+
+
+def test_ones_pool_buffers_per_rank_and_written_ones_refilled(memset):
+    """OnesPool: the k-th input of a dtype gets its own buffer, grown (and filled) only when a larger one
+    is asked for; a buffer a plan writes in place is filled again for the next plan; 8-byte dtypes are
+    uploaded (no memset can write their pattern)."""
+    pool = runtime.OnesPool()
+    a, b = pool.get(lm.bf16, 0, 64), pool.get(lm.bf16, 1, 64)
+    assert a != b and pool.get(lm.bf16, 0, 32) == a and pool.stats["allocs"] == 2
+    np.testing.assert_array_equal(fake_driver.mem(a, 64).view(lm.bf16.np), np.ones(32, lm.bf16.np))
+    grown = pool.get(lm.bf16, 0, 4096)
+    np.testing.assert_array_equal(fake_driver.mem(grown, 4096).view(lm.bf16.np), np.ones(2048, lm.bf16.np))
+    w = pool.get(lm.f32, 0, 40, written=True)
+    fake_driver.mem(w, 40)[:] = 0  # a plan's in-place update wrote it
+    assert pool.get(lm.f32, 0, 40, written=True) == w
+    np.testing.assert_array_equal(fake_driver.mem(w, 40).view(np.float32), np.ones(10, np.float32))
+    before = pool.stats["upload_bytes"]
+    x = pool.get(lm.i64, 0, 80)
+    np.testing.assert_array_equal(fake_driver.mem(x, 80).view(np.int64), np.ones(10, np.int64))
+    assert pool.stats["upload_bytes"] - before >= 80

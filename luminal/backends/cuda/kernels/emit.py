@@ -7,16 +7,18 @@ at the node's position is the argument's flat position (its result is a virtual 
 buffer), which for a row layout is turned back into the argument's coordinates (directly when the
 view only permutes, broadcasts or drops axes; by div/mod otherwise).
 
-Values are C locals of their dtype's compute type (f32 for 16/8-bit floats: nothing is rounded
-until the output is stored, except by an explicit cast), each computed by the op's own `inline`
-C. A local lives in the innermost loop its position depends on (loop-invariant values are
-hoisted: a reduction whose position does not depend on the row's column loop is computed once per
-row, before that loop) and is shared by every use at the same position (CSE). Row loops of a
-literal length of at most TILE_MAX iterations per thread are unrolled and keep their values in
-per-thread arrays (registers), shared by every row loop over that length: a row is read from
-memory once, whatever number of passes (max, sum, output) the body makes over it. A row-level
-float sum in such a loop adds a thread's values pairwise, then combines the threads' partial sums
-with compensated (TwoSum) adds, like the reduce kernels.
+Values are C locals of their dtype's compute type (f32 for 16/8-bit floats), each computed by the
+op's own `inline` C and, for a 16/8-bit float, rounded to its dtype at once (`rounded`: the value
+the unfused op would store), so every consumer reads the number the reference computes, op by op
+(docs/numerics.md, "Fused kernels"). A local lives in the innermost loop its position depends
+on (loop-invariant values are hoisted: a reduction whose position does not depend on the row's
+column loop is computed once per row, before that loop) and is shared by every use at the same
+position (CSE). Row loops of a literal length of at most TILE_MAX iterations per thread are
+unrolled and keep their values in per-thread arrays (registers), shared by every row loop over that
+length: a row is read from memory once, whatever number of passes (max, sum, output) the body
+makes over it. A row-level float sum in such a loop adds a thread's values pairwise, then combines
+the threads' partial sums with compensated (TwoSum) adds, like the reduce kernels; a 16/8-bit sum
+is rounded to its dtype once, at its end.
 
 Row layouts: a group of G threads (1, a warp or the whole 256-thread block) per row. A reduction
 computed at row level is cooperative: the G threads stride its loop and combine their partial
@@ -30,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from luminal.backends.cuda.kernel import EW_BLOCK, compute_type, load
-from luminal.backends.cuda.kernels.io import KernelConstant, KernelIota
+from luminal.backends.cuda.kernel import EW_BLOCK, compute_type, load, store
+from luminal.backends.cuda.kernels.io import KernelCast, KernelConstant, KernelIota
 from luminal.backends.cuda.kernels.reduce import KernelMaxReduce, KernelReduce, KernelSumReduce
 from luminal.dtype import DType
 from luminal.errors import BackendError
@@ -259,7 +261,7 @@ class Emitter:
         elif getattr(e.op, "accumulator", False):
             if self.acc is None:
                 raise BackendError(f"{type(e.op).__name__} outside the kernel that computes it (codegen invariant)")
-            res = (self.acc(e, pos), e.op.out_dtype(()), self.root)
+            res = self.accumulator(e, pos)
         elif isinstance(e.op, KernelReduce):
             res = self.reduce(e, pos)
         else:
@@ -286,9 +288,20 @@ class Emitter:
         sc = self.deepest(flat if isinstance(e.op, KernelIota) else (), *(s for _, _, s in args))
         name = self.fresh("v")
         ref = self.local(sc, dt, name)
-        code = e.op.inline(ref, [a for a, _, _ in args], c_of(flat), wide=True)
+        code = fused_inline(e.op, ref, [a for a, _, _ in args], c_of(flat), dt)
         sc.put(code if sc.tile else f"{compute_type(dt)} {name}; {code}")
         return ref, dt, sc
+
+    def accumulator(self, e: FNode, pos: Position) -> tuple[str, DType, Scope]:
+        """A value the kernel computes itself (a GEMV's f32 dot product, summed wide and rounded once,
+        like the reference's matmul), rounded to its dtype where the unfused plan stores it."""
+        dt = e.op.out_dtype(())
+        acc = self.acc(e, pos)  # type: ignore[misc]
+        if not narrow(dt):
+            return acc, dt, self.root
+        name = self.fresh("v")
+        self.root.put(f"const {compute_type(dt)} {name} = {rounded(dt, acc)};")
+        return name, dt, self.root
 
     def invariant(self, pos: Position) -> Position:
         """`pos` without the loop variables it only seems to depend on: a coordinate that simplifies to
@@ -316,7 +329,7 @@ class Emitter:
         x, xdt, xsc = self.value(e.args[0], self.arg_pos(e, 0, (*pos, cvar(body.var))))
         if xsc.depth > body.depth:
             raise BackendError("fused reduction: an argument escaped its loop (codegen invariant broken)")
-        wdt = wide(dt)  # the reduction runs over the registers' type: f32 for 16/8-bit floats
+        wdt = register_dtype(dt)  # the reduction runs over the registers' type: f32 for 16/8-bit floats
         p = replace(op, dtype=wdt).parts()
         bits = isinstance(op, KernelMaxReduce) and dt.is_float
         ld = p["load"].replace("in0[{ix}]", as_bits(wdt, x) if bits else x)
@@ -344,6 +357,8 @@ class Emitter:
             f"  T s = {p['init']}, c = {p['zero_c']};", *(f"  {ln}" for ln in (*pre, *loop))]  # fmt: skip
         if coop and self.group > 1:
             lines += _combine(p, self.group, self.fresh("sh"))
+        if isinstance(op, KernelSumReduce):  # a max is one of its (rounded) operands already
+            final = rounded(dt, final)
         lines += [f"  {ref} = {final};", "}"]
         for ln in lines:
             outer.put(ln)
@@ -379,9 +394,40 @@ def _combine(p: dict, g: int, sh: str) -> list[str]:
     return out
 
 
+def narrow(dt: DType) -> bool:
+    """A 16/8-bit float: computed in f32 registers, rounded to the dtype after every op."""
+    return dt.is_float and dt.bits < 32
+
+
+def register_dtype(dt: DType) -> DType:
+    """The type a fused kernel's registers hold values of `dt` in (and a reduction accumulates in):
+    f32 for 16/8-bit floats, whose values they hold exactly."""
+    return DType.f32 if narrow(dt) else dt
+
+
 def wide(dt: DType) -> DType:
-    """The type a fused kernel holds values of `dt` in: f32 for 16/8-bit floats."""
-    return DType.f32 if dt.is_float and dt.bits < 32 else dt
+    """The dtype a fused body holds a value of `dt` in between its nodes, as the bodies' reference
+    models see it (`hold` of fexpr.evaluate): `dt` itself, because every node's 16/8-bit result is
+    rounded to its dtype (`rounded`), exactly as the reference rounds it. The identity; kept for
+    gemvfused.py's `reference`, which passes it as `hold`."""
+    return dt
+
+
+def rounded(dt: DType, x: str) -> str:
+    """C of compute-type value `x` rounded to `dt` and held in the compute type again (through the
+    storage type: one cvt to nearest even), for a 16/8-bit float; `x` itself otherwise."""
+    return load(dt, store(dt, x)) if narrow(dt) else x
+
+
+def fused_inline(op: Op, out: str, args: list[str], pos: str, dt: DType) -> str:
+    """C statements setting `out` (of dtype `dt`) to `op` of the compute-type registers `args`, as
+    inside a fused body: the op's own `inline` in the compute type, its 16/8-bit float result then
+    rounded to `dt` -- the value the unfused op stores and the reference computes. A cast's result is
+    rounded by the conversion itself and a constant's literal is exact in its dtype: no second cvt."""
+    code = op.inline(out, args, pos, wide=True)  # type: ignore[attr-defined]
+    if narrow(dt) and not isinstance(op, (KernelCast, KernelConstant)):
+        code += f" {out} = {rounded(dt, out)};"
+    return code
 
 
 _BITS = {

@@ -8,13 +8,13 @@ reduce.egg) union every way to compute a value inline into the value's FExpr cla
 op into the root's e-class; extraction picks where each region starts and stops, and search
 ranks the plans by their measured time. fused.egg holds the shared helper rules.
 
-Semantics: every node computes what its op computes, but values stay in registers: 16/8-bit
-floats are held in f32 between the nodes of one kernel and rounded to their dtype only where the
-program observes their exact value -- when the kernel stores its output, and where an op's result
-jumps with its operand's last bit (%, <, casts: `exact_operands`). Arithmetic, transcendentals and
-reductions read the unrounded f32 values, which is at least as accurate as the unfused chain
-rounding after every primitive (docs/numerics.md); `reference` runs the nodes' own reference code
-under the same rule. The kernel is laid out one of three ways (emit.py has the details):
+Semantics: every node computes exactly what its op computes in the unfused chain, and values stay
+in registers: a 16/8-bit float is computed in f32 and rounded to its dtype right after the op that
+makes it (emit.py `rounded`), so every later op -- arithmetic, `%`, `<`, a cast, a reduction --
+reads the value the reference computes op by op, and a fused chain equals the unfused one bit for
+bit (docs/numerics.md, "Fused kernels"; f32 sums differ only by their order of additions, f32
+transcendentals by CUDA's libm). `reference` runs the nodes' own reference code (`evaluate_body`).
+The kernel is laid out one of three ways (emit.py has the details):
 * no reduction in the body: one thread per output element (16-byte vectors when every input is
   read in order), like the plain elementwise kernels;
 * the root is a reduction: a group of threads per output element strides the reduced axis;
@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, elementwise, headers, name_code, store
 from luminal.backends.cuda.kernels.binary import KernelBinary
-from luminal.backends.cuda.kernels.emit import BLOCK, TILE_MAX, Emitter, c_of, cvar, out_shape, wide
+from luminal.backends.cuda.kernels.emit import BLOCK, TILE_MAX, Emitter, c_of, cvar, out_shape
 from luminal.backends.cuda.kernels.io import KernelCast
 from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.cuda.kernels.unary import KernelUnary
@@ -70,10 +70,9 @@ def leaf_reads(nodes, offset: int = 0) -> tuple:
 
 
 def evaluate_body(root: FNode, ins, in_dtypes, env):
-    """A fused body's value as its CUDA code computes it: 16/8-bit values held in f32 between nodes,
-    the operands of ops that observe the last bit (%, <, casts) rounded (docs/numerics.md)."""
-    return fexpr.evaluate(root.op, root.args, list(ins), tuple(in_dtypes), env, hold=wide,
-                          exact=lambda op: op.exact_operands)  # fmt: skip
+    """A fused body's value as its CUDA code computes it: every node's result rounded to its dtype,
+    as the unfused chain and the reference round it (docs/numerics.md)."""
+    return fexpr.evaluate(root.op, root.args, list(ins), tuple(in_dtypes), env)
 
 
 def group_size(lengths: list[Expression]) -> int:
