@@ -1,7 +1,8 @@
 """Attention benchmark (GPU machine): KernelAttention next to torch's scaled_dot_product_attention
 (flash and cuDNN backends) on the same tensors.
 
-  python bench/attention.py [--json out.json] [--reps 30] [--quick]
+  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep]
+  python bench/attention.py --dry [--sweep]   # CPU smoke: render + NVRTC (sm_90) + ptxas registers, no GPU
 
 Decode: llama-3.1-8b heads (32 q, 8 kv, head_dim 128), bf16, batch 1, one query at context
 1k / 4k / 16k / 32k (the cache is (8, ctx, 128) per k and v, torch gets the same buffers viewed as
@@ -36,13 +37,15 @@ LAUNCHES = 8  # calls per graph replay (at least)
 ROTATE_BYTES = 256 << 20
 
 
-def _op(cap: int):
+def _op(cap: int, rows: int):
+    """The op at `rows` query rows (a literal, as in the runtime's decode bucket: only the path that
+    runs is rendered and compiled) over a cache of `cap` rows."""
     from luminal.backends.cuda.kernels.attention import KernelAttention
     from luminal.dtype import DType
     from luminal.shape.expr import num, var, z
 
     groups = N_Q // N_KV
-    s, p = var("s"), var("p")
+    s, p = num(rows), var("p")
     q_st = (z * (groups * HD), z * HD, z * (N_Q * HD), z)  # q stored (s, 32, 128)
     kv_st = (z * (cap * HD), z * HD, z)  # cache (8, cap, 128)
     return KernelAttention(num(N_KV), num(groups), s, p + s, num(HD), q_st, kv_st, kv_st, True, p, 0, HD**-0.5, 0.0,
@@ -137,7 +140,7 @@ def _sdpa(backend, q, k, v, causal: bool):
 
 
 def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
-    """One decode (context `size`) or prefill (`size` tokens) case; `variants` (decode schedules,
+    """One decode (context `size`) or prefill (`size` tokens) case; `variants` (schedules,
     attention_decode.VARIANTS names) are timed next to the default."""
     import torch
     from torch.nn.attention import SDPBackend
@@ -154,7 +157,7 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     torch.cuda.synchronize()
     env = {"s": s, "p": ctx - s}
     ptrs = [(out.data_ptr(), q.data_ptr(), a.data_ptr(), b.data_ptr()) for a, b in zip(ks, vs, strict=True)]
-    run = Runner(_op(ctx), env, ptrs)
+    run = Runner(_op(ctx, s), env, ptrs)
     run.once()
     torch.cuda.synchronize()
     tq = q.permute(1, 0, 2).unsqueeze(0)  # (1, 32, s, hd)
@@ -173,8 +176,8 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     row["luminal_us"] = t * 1e6
     from luminal.backends.cuda.kernels.attention_decode import VARIANTS
 
-    for name in variants if kind == "decode" else ():
-        alt = Runner(_op(ctx), env, ptrs, VARIANTS[name])
+    for name in variants:
+        alt = Runner(_op(ctx, s), env, ptrs, VARIANTS[name])
         out.fill_(float("nan"))
         alt.once()
         torch.cuda.synchronize()
@@ -183,7 +186,8 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
         row.setdefault("variants", {})[name] = {
             "us": us,
             "max_err": alt_err,
-            "pct_copy": None if not us else 100 * kv_bytes / (us * 1e-6) / COPY_BW,
+            "pct_copy": None if not us or kind != "decode" else 100 * kv_bytes / (us * 1e-6) / COPY_BW,
+            "speedup": None if not us else row["luminal_us"] / us,
         }
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
@@ -206,24 +210,60 @@ def bench_case(kind: str, size: int, reps: int, variants: tuple = ()) -> dict:
     return row
 
 
+def sweep(kind: str) -> tuple[str, ...]:
+    """The schedules (attention_decode.VARIANTS names) a case times next to the default: the decode
+    rows those that change the decode kernels, the prefill rows those that change the prefill kernel."""
+    from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
+
+    pre = DECODE.prefill_blocks
+    if kind == "decode":
+        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill_blocks == pre)
+    return tuple(n for n, v in VARIANTS.items() if v.prefill_blocks != pre)
+
+
+def dry(cases: list, sweep_all: bool) -> int:
+    """Without a GPU: every case's kernels (and with `sweep_all` the schedules it sweeps) rendered, compiled
+    for sm_90 and their ptxas register / spill counts and grids printed."""
+    from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS, splits
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
+    slots = {"p": 0, "s": 1, "!error": 2}
+    for kind, size in cases:
+        s = 1 if kind == "decode" else size
+        env = {"s": s, "p": size - s}
+        op = _op(size, s)
+        for v in [DECODE, *(VARIANTS[n] for n in (sweep(kind) if sweep_all else ()))]:
+            kern = op.render(slots, v)
+            use = ptxas_usage([kern])
+            launches = "  ".join(
+                f"{ln.name.rsplit('_', 1)[1]}: grid {int(ln.grid.evaluate(env))} x {ln.block}, "
+                f"{use[ln.name][0]} regs, {use[ln.name][1]} B spilled"
+                for ln in kern.launches
+            )
+            sched = f"{v.name} ({splits(op.spec(v))} splits)" if kind == "decode" else v.name
+            print(f"{kind:7s} {size:6d}  {sched:28s} {launches}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
-    ap.add_argument("--sweep", action="store_true", help="also time every decode schedule (attention_decode.VARIANTS)")
+    ap.add_argument("--sweep", action="store_true", help="also time every schedule (attention_decode.VARIANTS)")
+    ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
     args = ap.parse_args(argv)
-    from luminal.backends.cuda import driver
-
-    driver.device()
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
     if args.quick:
         cases = [("decode", 4096), ("prefill", 2048)]
+    if args.dry:
+        return dry(cases, args.sweep)
+    from luminal.backends.cuda import driver
+
+    driver.device()
     rows, bad = [], 0
     for kind, size in cases:
-        from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
-
-        r = bench_case(kind, size, args.reps, tuple(n for n in VARIANTS if n != DECODE.name) if args.sweep else ())
+        r = bench_case(kind, size, args.reps, sweep(kind) if args.sweep else ())
         rows.append(r)
         if "error" in r:
             bad += 1
@@ -235,14 +275,14 @@ def main(argv: list[str] | None = None) -> int:
                   f" | flash {fmt(r['flash_us'], '8.1f')} us {fmt(r['flash_pct_copy'], '5.1f')}%"
                   f" | cudnn {fmt(r['cudnn_us'], '8.1f')} us {fmt(r['cudnn_pct_copy'], '5.1f')}%"
                   f"  regs {r['registers']}", flush=True)  # fmt: skip
-            for name, vr in r.get("variants", {}).items():
-                print(f"        variant {name:14s} {fmt(vr['us'], '8.1f')} us {fmt(vr['pct_copy'], '5.1f')}% copy"
-                      f"  (max err {vr['max_err']:.2e})", flush=True)  # fmt: skip
         else:
             print(f"prefill s={size:6d}  luminal {r['luminal_us']:8.1f} us {fmt(r['luminal_tflops'], '6.1f')} TFLOP/s"
                   f" | flash {fmt(r['flash_tflops'], '6.1f')} (x{fmt(r['ratio_vs_flash'], '.2f')})"
                   f" | cudnn {fmt(r['cudnn_tflops'], '6.1f')} (x{fmt(r['ratio_vs_cudnn'], '.2f')})"
                   f"  regs {r['registers']}", flush=True)  # fmt: skip
+        for name, vr in r.get("variants", {}).items():
+            print(f"        variant {name:24s} {fmt(vr['us'], '8.1f')} us {fmt(vr['pct_copy'], '5.1f')}% copy"
+                  f"  x{fmt(vr['speedup'], '.2f')} vs default  (max err {vr['max_err']:.2e})", flush=True)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0

@@ -1,6 +1,6 @@
 """Runs KernelAttention's rendered CUDA C on the CPU: g++ (C++20) with one std::thread per CUDA
 thread, warps emulated with barriers (shuffles, and the inline-asm intrinsics of the prefill kernel
--- mma.m16n8k16, ldmatrix.x4.trans, cp.async -- replaced by functions that implement the PTX
+-- mma.m16n8k16, ldmatrix.x4 (.trans), cp.async -- replaced by functions that implement the PTX
 fragment layouts on the warp's exchanged registers). Every launch of the op runs in order with
 the op's grid, block, dims buffer and scratch, exactly as the CUDA runtime would launch them."""
 
@@ -104,6 +104,16 @@ static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
   }
   warp_bar[w]->arrive_and_wait();
 }
+static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  wx[w].p[l] = p;
+  warp_bar[w]->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {  // matrix i: rows at the addresses of lanes 8i .. 8i+7; lane l: row l/4, cols 2(l%4)..
+    const unsigned short* row = wx[w].p[i * 8 + l / 4];
+    r[i] = (unsigned)row[2 * (l % 4)] | ((unsigned)row[2 * (l % 4) + 1] << 16);
+  }
+  warp_bar[w]->arrive_and_wait();
+}
 static inline void KNAME_cp16(unsigned short* dst, const void* src, const bool valid) {
   if (valid) memcpy(dst, src, 16); else memset(dst, 0, 16);
 }
@@ -144,9 +154,10 @@ class Emulated:
     """The ops' kernels compiled for the CPU into one library (one g++ run);
     `run(op, q, k, v, env)` runs every launch of `op` in order."""
 
-    def __init__(self, ops: list[KernelAttention], slots: dict[str, int], tmp: Path):
-        self.slots = slots
-        self.kernels = {op: op.render(slots) for op in ops}
+    def __init__(self, ops: list[KernelAttention], slots: dict[str, int], tmp: Path, variant=None):
+        """`variant`: the decode schedule (attention_decode.DecodeVariant) every op renders with."""
+        self.slots, self.variant = slots, variant
+        self.kernels = {op: op.render(slots, variant) for op in ops}
         parts = []
         for op, kern in self.kernels.items():
             code = kern.code
@@ -177,7 +188,8 @@ class Emulated:
                 dims[i] = env[name]
         n = int(op.out_size().evaluate(env))
         out = np.full(n + 8, np.nan, op.dtype.np)  # 8 past the end: must stay untouched
-        scratch = np.full(max(1, int(op.scratch_bytes().evaluate(grid_env or env)) // 4), np.nan, np.float32)
+        size = int(op.scratch_bytes(self.variant).evaluate(grid_env or env))
+        scratch = np.full(max(1, size // 4), np.nan, np.float32)
         ptrs = (ctypes.c_void_p * (1 + len(ins)))(*(a.ctypes.data for a in (out, *ins)))
         args = [ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(scratch.ctypes.data)]
         for ln in self.kernels[op].launches:  # as in a CUDA graph: a gated-off launch still runs one block

@@ -12,8 +12,8 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
-from luminal.backends.cuda.kernels.attention import DECODE_ROWS, HEAD_DIMS, KernelAttention
-from luminal.backends.cuda.kernels.attention_decode import VARIANTS
+from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttention
+from luminal.backends.cuda.kernels.attention_decode import DECODE, THREADS, VARIANTS, DecodeVariant
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import minimum, num, var, z
@@ -67,6 +67,28 @@ def test_every_variant_compiles_for_sm90(no_cache):
     llama = make_op(n_kv=8, groups=4, hd=128)  # and the decode schedules the bench sweeps (by their code shape)
     kernels += [llama.render(SLOTS, v) for v in {v.max_rows: v for v in VARIANTS.values()}.values()]
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+def test_decode_kernels_keep_their_register_budget():
+    """ptxas (through NVRTC): the decode, combine and f32 rows kernels at every head_dim and dtype, and
+    every schedule the bench sweeps, fit the `__launch_bounds__` promise of their variant (<= 65536 /
+    (THREADS * min_blocks) registers: 128 for the default's 4 blocks per SM) without spilling; the
+    default prefill kernel does not spill at head_dim <= 128 (at 256: at most 64 bytes; was 228)."""
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
+    cases = [(make_op(n_kv=8, groups=4, hd=hd, dt=dt), DECODE) for hd in HEAD_DIMS for dt in DTYPES]
+    cases += [(make_op(n_kv=8, groups=4, hd=128), v) for v in VARIANTS.values() if v != DECODE]
+    kernels = [op.render(SLOTS, v) for op, v in cases]
+    usage = ptxas_usage(kernels)
+    for (op, v), kern in zip(cases, kernels, strict=True):
+        for ln in kern.launches:
+            regs, spill = usage[ln.name]
+            if ln.name.endswith("_pre"):  # the tensor-core prefill kernel: no promise; d = 256 spills a little
+                if v == DECODE:
+                    assert regs <= 255 and spill <= (0 if op.head_dim.value <= 128 else 64), (ln.name, regs, spill)
+                continue
+            what = f"{ln.name} (head_dim {op.head_dim}, {op.dtype}, {v.name}): {regs} registers, {spill} B spilled"
+            assert regs <= 65536 // (THREADS * v.min_blocks) and spill == 0, what
 
 
 def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
@@ -167,6 +189,30 @@ def test_grids_pinned_at_bucket_bounds_are_safe(case, emulated):
     assert_matches(got, expected(op, q, k, v, env), op.dtype, 1.0, case)
 
 
+# other decode schedules on the CPU: fewer rows per block and keys per step, short chunks, and a
+# split count small enough that chunks outgrow min_chunk (rounded up to whole steps)
+ODD_SCHEDULE = DecodeVariant(max_rows=2, target_blocks=6, min_chunk=32, unroll=2)
+SCHEDULE_CASES = {
+    "bf16-hd64-g4-s1": (dict(groups=4), 1, 300),
+    "f16-hd128-s3-window": (dict(dt=DType.f16, hd=128, window=50), 3, 130),
+    "f32-hd256-s2": (dict(dt=DType.f32, hd=256, n_kv=1), 2, 40),
+    "bf16-cross-t1": (dict(causal=False, t=1), 1, 0),
+}
+
+
+@needs_gxx
+def test_other_decode_schedules_compute_attention_on_cpu(tmp_path):
+    from tests.backends.cuda.attention_emu import Emulated
+
+    ops = {name: make_op(**kw) for name, (kw, _, _) in SCHEDULE_CASES.items()}
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path, ODD_SCHEDULE)
+    for name, (_, s, p) in SCHEDULE_CASES.items():
+        env = {"s": s, "p": p}
+        q, k, v = inputs(ops[name], env, seed=len(name))
+        got = emu.run(ops[name], q, k, v, env=env)
+        assert_matches(got, expected(ops[name], q, k, v, env), ops[name].dtype, 1.0, f"{name} {ODD_SCHEDULE.name}")
+
+
 def test_reference_is_attention_over_the_views():
     op = make_op(n_kv=2, groups=2, hd=64, dt=DType.f32, window=3)
     env = {"s": 4, "p": 2}
@@ -185,12 +231,13 @@ def test_reference_is_attention_over_the_views():
 
 
 # -- GPU: every launch of the op through the driver -----------------------------------------------------
-def run_on_gpu(op: KernelAttention, q, k, v, env: dict) -> np.ndarray:
-    """Launch every kernel of the op in order (a gated-off launch as one block, as in a CUDA graph)."""
+def run_on_gpu(op: KernelAttention, q, k, v, env: dict, variant=None) -> np.ndarray:
+    """Launch every kernel of the op in order (a gated-off launch as one block, as in a CUDA graph);
+    `variant`: the decode schedule (default DECODE)."""
     from luminal.backends.cuda import driver
 
     dev = driver.device()
-    kern = op.render(SLOTS)
+    kern = op.render(SLOTS, variant)
     mod = driver.Module(nvrtc.compile_cubin(source([kern])))
     dims = np.array([env["p"], env["s"], 0, 0], np.int64)
     n = int(op.out_size().evaluate(env))
@@ -198,7 +245,7 @@ def run_on_gpu(op: KernelAttention, q, k, v, env: dict) -> np.ndarray:
     bufs = [driver.DeviceBuffer(max(a.nbytes, 16)) for a in host]
     for b, a in zip(bufs, host, strict=True):
         driver.htod(b.ptr, a, dev.stream)
-    scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
+    scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes(variant).evaluate(env))))
     params = driver.Params([*(b.ptr for b in bufs), scratch.ptr])
     for ln in kern.launches:
         grid = max(1, int(ln.grid.evaluate(env)))
@@ -238,3 +285,37 @@ def test_one_decode_and_one_prefill_on_the_gpu(case):
     env = {"s": s, "p": p}
     q, k, v = inputs(op, env, seed=1)
     assert_matches(run_on_gpu(op, q, k, v, env), expected(op, q, k, v, env), op.dtype, 1.0, case)
+
+
+# split counts 1, 4, 12 and MAX_SPLITS (target_blocks over the 2 row blocks of make_op(n_kv=2, groups=4)
+# at R = 4) and the sweep's schedules, over contexts that leave partial steps and splits
+SPLIT_SCHEDULES = [DecodeVariant(target_blocks=b, min_chunk=c) for b, c in ((1, 64), (8, 64), (24, 32), (4096, 64))]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", [*VARIANTS.values(), *SPLIT_SCHEDULES], ids=lambda v: v.name)
+def test_decode_schedules_on_the_gpu(variant):
+    # bf16 at d = 128 (the llama shape), f32 at d = 256 (two vectors per lane and key, unroll halved)
+    shapes = ((DType.bf16, 128), (DType.f32, 256)) if variant in VARIANTS.values() else ((DType.bf16, 128),)
+    for dt, hd in shapes:
+        for s, t in ((1, 1), (1, 17), (1, 4097), (3, 127), (3, 4097), (DECODE_ROWS, 1000)):
+            op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, cap=4100, softcap=0.9 if s == 3 else 0.0)
+            env = {"s": s, "p": t - s}
+            q, k, v = inputs(op, env, seed=s + t)
+            got = run_on_gpu(op, q, k, v, env, variant)
+            assert_matches(got, expected(op, q, k, v, env), dt, 1.0, f"{variant.name} {dt} hd={hd} s={s} t={t}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if v.prefill_blocks], ids=lambda v: v.name)
+def test_prefill_schedules_on_the_gpu(variant):
+    for dt, hd in ((DType.bf16, 128), (DType.f16, 64)):
+        for s, t in ((DECODE_ROWS + 1, DECODE_ROWS + 1), (127, 127), (127, 4097), (64, 1000)):
+            for kw in (dict(), dict(window=33, softcap=0.9)):
+                op = make_op(n_kv=2, groups=4, hd=hd, dt=dt, cap=4100, **kw)
+                env = {"s": s, "p": t - s}
+                q, k, v = inputs(op, env, seed=s + t)
+                got = run_on_gpu(op, q, k, v, env, variant)
+                assert_matches(
+                    got, expected(op, q, k, v, env), dt, 1.0, f"{variant.name} {dt} hd={hd} s={s} t={t} {kw}"
+                )

@@ -4,16 +4,23 @@ combine pass, and the C pieces the prefill kernel shares (dtype conversions, the
 Decode kernel: one block of THREADS threads per (kv head, group chunk of R query heads, query row
 i, KV split). The block reads its slice of the visible key range [lo, hi) of row i once and uses
 every K and V load for all R query heads of the chunk (GQA sharing). A key's head_dim values are
-spread over LPK consecutive lanes, DL values (two 16-byte vectors) each; the block's
-NS = THREADS / LPK lane groups ("slots") take keys slot, slot + NS, ..., two per step (four
-vector loads in flight per lane), each slot keeping its own online-softmax state (running max m,
-sum l, accumulator) in f32 registers: no barrier in the loop. The slots merge in shared memory at
-the end. The grid is fixed for the plan (NSPLIT splits per row); the live length comes from the
-dims buffer and fixes how many splits are used (chunks of at least min_chunk keys), so the grid
-never changes with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output;
-otherwise it writes (acc, m, l) partials to scratch and the combine pass (one block of head_dim
-threads per row) merges the used splits. Scores are in log2 units (q is pre-multiplied by
-scale * log2 e), so the exponentials are exp2f.
+spread over LPK consecutive lanes, one 16-byte vector each (two for f32 at head_dim 256), so a
+warp load covers 32 / LPK whole keys; the block's NS = THREADS / LPK lane groups ("slots") take
+keys slot, slot + NS, ..., U per loop step: every lane issues its 2U K and V loads before any
+arithmetic (U = 4: 128 bytes in flight per lane, 64 KB per SM at 4 blocks), then the dot
+products (a butterfly of shuffles over the LPK lanes), the online softmax (running max m, sum l
+and accumulator in f32 registers, per slot: no barrier in the loop) and the V sums. A step past
+the split's end rereads its last key and masks it. The slots merge in shared memory at the end.
+Registers: q and the accumulator take 2 R * head_dim / LPK floats (64 at R = 4), the loads 8U;
+`__launch_bounds__(THREADS, 4)` holds the kernel to 128 (ptxas: 128 for 16-bit dtypes, 111-125
+for f32, no spills; test_attention_kernels.py checks).
+The grid is fixed for the plan (NSPLIT splits per row, sized for target_blocks blocks at one query
+row: one wave of 4 blocks per SM); the live length comes from the dims buffer and fixes how many
+splits are used (chunks of at least min_chunk keys, whole loop steps), so the grid never changes
+with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output; otherwise it writes
+(acc, m, l) partials to scratch and the combine pass (one block of head_dim threads per row, the
+splits' (m, l) staged in shared memory) merges the used splits. Scores are in log2 units (q is
+pre-multiplied by scale * log2 e), so the exponentials are exp2f.
 """
 
 from __future__ import annotations
@@ -32,22 +39,31 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class DecodeVariant:
-    """A schedule of the decode kernel (bench/attention.py --sweep times them; DECODE is the default)."""
+    """A schedule of KernelAttention's kernels, mostly the decode kernel's (bench/attention.py --sweep
+    times them; DECODE is the default)."""
 
     max_rows: int = 4  # query heads of a GQA group one block serves (fewer: fewer registers, more blocks)
-    target_blocks: int = 264  # blocks per query row at one kv split each: two on each of the H200's 132 SMs
+    target_blocks: int = 528  # blocks per query row at one kv split each: 4 per SM on the H200's 132 SMs
     min_chunk: int = 64  # keys per split at least: below that a split's fixed cost dominates
+    unroll: int = 4  # keys per lane and loop step: 2 * unroll 16-byte loads (K and V) in flight per lane
+    min_blocks: int = 4  # __launch_bounds__ promise: resident blocks per SM (4: <= 128 registers)
+    prefetch: int = 1  # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none)
+    prefill_blocks: int = 0  # the prefill kernel's __launch_bounds__ promise at head_dim <= 128 (0: none)
 
     @property
     def name(self) -> str:
-        return f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}"
+        tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
+        return tag + (f"-pre{self.prefill_blocks}" if self.prefill_blocks else "")
 
 
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(max_rows=2), DecodeVariant(target_blocks=528),
-              DecodeVariant(max_rows=2, target_blocks=528), DecodeVariant(min_chunk=128))
+    for v in (DECODE, DecodeVariant(prefetch=0), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
+              DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
+              DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
+              DecodeVariant(target_blocks=264, min_blocks=2),
+              DecodeVariant(prefill_blocks=3))  # 3 blocks per SM: ptxas spills ~60 B at d = 128
 }  # fmt: skip
 
 
@@ -88,13 +104,25 @@ def splits(sp: Spec) -> int:
     return max(1, min(MAX_SPLITS, math.ceil(sp.variant.target_blocks / (sp.n_kv * group_chunks(sp)))))
 
 
-def lane_dims(sp: Spec) -> int:
-    """head_dim values per lane: two 16-byte vectors."""
-    return 2 * 16 // sp.dtype.itemsize
+def lane_layout(sp: Spec) -> tuple[int, int, int, int, int]:
+    """(vec, nv, dl, lpk, ns): values per 16-byte vector, vectors per lane and key (1, or 2 where
+    one vector per lane would need more than a warp: f32 at head_dim 256), head_dim values per lane,
+    lanes per key (a power of 2 dividing 32) and key slots per block (keys one load covers)."""
+    vec = 16 // sp.dtype.itemsize
+    nv = max(1, sp.head_dim // (32 * vec))
+    lpk = sp.head_dim // (nv * vec)
+    return vec, nv, nv * vec, lpk, THREADS // lpk
+
+
+def unroll(sp: Spec) -> int:
+    """Keys per lane and loop step: the variant's, halved where a key takes two vectors per lane
+    (the same loads in flight, and registers for them)."""
+    return max(1, sp.variant.unroll // lane_layout(sp)[1])
 
 
 def cvt_code(dt: DType) -> str:
-    """`KNAME_cvt(v, f)`: the values of one 16-byte vector as floats (8 for 16-bit dtypes, 4 for f32)."""
+    """`KNAME_cvt(v, f)`: the values of one 16-byte vector as floats (8 for 16-bit dtypes, 4 for f32);
+    `KNAME_prefetch(p, bytes)`: an sm_90 bulk L2 prefetch (one instruction, no register, no wait)."""
     if dt == DType.bf16:
         body = "".join(
             f"  f[{2 * i}] = __uint_as_float(a.{c} << 16); f[{2 * i + 1}] = __uint_as_float(a.{c} & 0xffff0000u);\n"
@@ -108,7 +136,15 @@ def cvt_code(dt: DType) -> str:
         )
     else:
         body = "".join(f"  f[{i}] = __uint_as_float(a.{c});\n" for i, c in enumerate("xyzw"))
-    return f"__device__ __forceinline__ void KNAME_cvt(const uint4 a, float* f) {{\n{body}}}\n"
+    return f"__device__ __forceinline__ void KNAME_cvt(const uint4 a, float* f) {{\n{body}}}\n" + _PREFETCH
+
+
+_PREFETCH = """__device__ __forceinline__ void KNAME_prefetch(const void* p, const unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#endif
+}
+"""
 
 
 def q_index(sp: Spec, h: str, g: str, i: str, d: str) -> str:
@@ -134,6 +170,7 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
     if sp.causal:
         hi = "(past + i + 1 < T ? past + i + 1 : T)"
     lo = f"(past + i - {sp.window} + 1 > 0 ? past + i - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
+    step = lane_layout(sp)[4] * unroll(sp)
     return f"""__device__ __forceinline__ int KNAME_range_{tag}(const long long T, const long long past,
     const long long i, long long* lo, long long* hi, long long* chunk) {{
   *lo = {lo};
@@ -141,6 +178,7 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
   const long long n = *hi > *lo ? *hi - *lo : 0LL;
   long long c = (n + {nsplit - 1}) / {nsplit};
   if (c < {sp.variant.min_chunk}) c = {sp.variant.min_chunk};
+  c = (c + {step - 1}) / {step} * {step};  // whole block steps
   *chunk = c;
   return (int)((n + c - 1) / c);
 }}
@@ -171,21 +209,34 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
     one split), else partials (entry KNAME_dec); returns at once when `skip` (C over S) holds."""
     t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
     r_, gc = rows_per_block(sp), group_chunks(sp)
-    dl = lane_dims(sp)
-    epv = dl // 2
-    lpk = hd // dl
-    ns = THREADS // lpk
+    vec, nv, dl, lpk, ns = lane_layout(sp)
+    u_ = unroll(sp)
     ksh, ksk = (c_expr(e) for e in sp.k_steps)
     vsh, vsk = (c_expr(e) for e in sp.v_steps)
     tag = "rows" if direct else "dec"
     table = "  const int* rr = rows + i * T;  // this query's slots, in token order\n" if sp.paged else ""
     shfl = "".join(
-        f"#pragma unroll\n    for (int r = 0; r < {r_}; ++r) {{\n"
-        f"      x0[r] += __shfl_xor_sync(0xffffffffu, x0[r], {o});\n"
-        f"      x1[r] += __shfl_xor_sync(0xffffffffu, x1[r], {o});\n    }}\n"
+        f"#pragma unroll\n    for (int u = 0; u < {u_}; ++u)\n#pragma unroll\n"
+        f"      for (int r = 0; r < {r_}; ++r) x[u][r] += __shfl_xor_sync(0xffffffffu, x[u][r], {o});\n"
         for o in (lpk >> b for b in range(1, lpk.bit_length()))
     )
+    loads = "".join(f"      kr[u][{w}] = pk[{w}]; vr[u][{w}] = pv[{w}];\n" for w in range(nv))
+    cvt_k = "".join(f"      KNAME_cvt(kr[u][{w}], f + {w * vec});\n" for w in range(nv))
+    cvt_v = cvt_k.replace("kr[", "vr[")
     empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"  # no visible key: 0 for t = 0, else NaN
+    pf = 0 if sp.paged else sp.variant.prefetch  # (paged: the address would wait for the slot's load)
+
+    def prefetch(base: str, steps, ind: str = "  ") -> str:
+        """C: the first lane of each key's lane group bulk-prefetches the K and V rows its slot reads in
+        the given loop steps (counted from `base`) into L2."""
+        keys = [f"{base} + {st * ns * u_ + u * ns}" for st in steps for u in range(u_)]
+        one = "".join(
+            f"{ind}  if ({j} < ke) {{ KNAME_prefetch(kp + ({j}) * ({ksk}), {hd * dt.itemsize}u); "
+            f"KNAME_prefetch(vp + ({j}) * ({vsk}), {hd * dt.itemsize}u); }}\n"
+            for j in keys
+        )
+        return f"{ind}if (threadIdx.x % {lpk} == 0) {{  // L2 prefetch\n{one}{ind}}}\n" if keys else ""
+
     if direct:
         early = f"""  if (split >= nsplit) {{  // (nsplit is 0: no visible key)
     for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
@@ -199,7 +250,8 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
         result = (f"      scratch[(row * {nsplit} + split) * {hd} + d] = A;\n"
                   f"      if (d == 0) {{ float* ml = scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * hd} + "
                   f"(row * {nsplit} + split) * 2; ml[0] = M; ml[1] = L; }}\n")  # fmt: skip
-    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void __launch_bounds__({THREADS})
+    bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
+    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
 KNAME_{tag}{_params(t, sp.paged)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
@@ -213,9 +265,11 @@ KNAME_{tag}{_params(t, sp.paged)} {{
 {_past(sp)}{table}  long long lo, hi, chunk;
   const int nsplit = KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk);
 {early}  const long long kb = lo + (long long)split * chunk;
-  const long long ke = kb + chunk < hi ? kb + chunk : hi;
+  const long long ke = kb + chunk < hi ? kb + chunk : hi;  // kb < ke: split < nsplit
   const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
-  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
+  const {t}* kp = k + h * ({ksh}) + d0;
+  const {t}* vp = v + h * ({vsh}) + d0;
+{prefetch("kb + slot", range(pf))}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
 #pragma unroll
   for (int r = 0; r < {r_}; ++r) {{
     const long long qg = (long long)gc * {r_} + r;
@@ -228,59 +282,53 @@ KNAME_{tag}{_params(t, sp.paged)} {{
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }}
-  const {t}* kp = k + h * ({ksh}) + d0;
-  const {t}* vp = v + h * ({vsh}) + d0;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (long long base = kb; base < ke; base += {2 * ns}) {{  // uniform trip count: shuffles see every lane
-    const long long j0 = base + slot, j1 = j0 + {ns};
-    const bool h0 = j0 < ke, h1 = j1 < ke;
-    uint4 ka[2], kc[2], va[2], vc[2];
-    if (h0) {{
-      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j0")} * ({ksk}));
-      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j0")} * ({vsk}));
-      ka[0] = pk[0]; ka[1] = pk[1]; va[0] = pv[0]; va[1] = pv[1];
-    }} else {{ ka[0] = ka[1] = va[0] = va[1] = zero; }}
-    if (h1) {{
-      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j1")} * ({ksk}));
-      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j1")} * ({vsk}));
-      kc[0] = pk[0]; kc[1] = pk[1]; vc[0] = pv[0]; vc[1] = pv[1];
-    }} else {{ kc[0] = kc[1] = vc[0] = vc[1] = zero; }}
-    float x0[{r_}], x1[{r_}], f[{dl}];
-    KNAME_cvt(ka[0], f); KNAME_cvt(ka[1], f + {epv});
+  for (long long base = kb + slot; base < ke + slot; base += {ns * u_}) {{  // same trip count: shuffles see all lanes
+{prefetch("base", [pf] if pf else [], "    ")}    uint4 kr[{u_}][{nv}], vr[{u_}][{nv}];
 #pragma unroll
-    for (int r = 0; r < {r_}; ++r) {{
-      float a = 0.0f;
-      for (int e = 0; e < {dl}; ++e) a = fmaf(qr[r][e], f[e], a);
-      x0[r] = a;
-    }}
-    KNAME_cvt(kc[0], f); KNAME_cvt(kc[1], f + {epv});
+    for (int u = 0; u < {u_}; ++u) {{  // all loads first: {u_ * 2 * nv} vectors of 16 bytes in flight per lane
+      const long long j = base + u * {ns} < ke ? base + u * {ns} : ke - 1;  // past the chunk: reread, masked
+      const uint4* pk = reinterpret_cast<const uint4*>(kp + {_key(sp, "j")} * ({ksk}));
+      const uint4* pv = reinterpret_cast<const uint4*>(vp + {_key(sp, "j")} * ({vsk}));
+{loads}    }}
+    float x[{u_}][{r_}], f[{dl}];
 #pragma unroll
-    for (int r = 0; r < {r_}; ++r) {{
-      float a = 0.0f;
-      for (int e = 0; e < {dl}; ++e) a = fmaf(qr[r][e], f[e], a);
-      x1[r] = a;
-    }}
-{shfl}    float p0[{r_}], p1[{r_}];
+    for (int u = 0; u < {u_}; ++u) {{
+{cvt_k}#pragma unroll
+      for (int r = 0; r < {r_}; ++r) {{
+        float a = 0.0f;
 #pragma unroll
-    for (int r = 0; r < {r_}; ++r) {{
-      const float xa = h0 ? {score_code(sp, "x0[r]")} : -INFINITY, xb = h1 ? {score_code(sp, "x1[r]")} : -INFINITY;
-      const float mn = fmaxf(m[r], fmaxf(xa, xb));
-      if (mn > m[r]) {{
-        const float c = exp2f(m[r] - mn);
-        l[r] *= c;
-        for (int e = 0; e < {dl}; ++e) acc[r][e] *= c;
-        m[r] = mn;
+        for (int e = 0; e < {dl}; ++e) a = fmaf(qr[r][e], f[e], a);
+        x[u][r] = a;
       }}
-      p0[r] = h0 ? exp2f(xa - m[r]) : 0.0f;
-      p1[r] = h1 ? exp2f(xb - m[r]) : 0.0f;
-      l[r] += p0[r] + p1[r];
     }}
-    KNAME_cvt(va[0], f); KNAME_cvt(va[1], f + {epv});
+{shfl}#pragma unroll
+    for (int r = 0; r < {r_}; ++r) {{
+      float mx = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < {r_}; ++r) for (int e = 0; e < {dl}; ++e) acc[r][e] = fmaf(p0[r], f[e], acc[r][e]);
-    KNAME_cvt(vc[0], f); KNAME_cvt(vc[1], f + {epv});
+      for (int u = 0; u < {u_}; ++u) {{
+        x[u][r] = base + u * {ns} < ke ? {score_code(sp, "x[u][r]")} : -INFINITY;
+        mx = fmaxf(mx, x[u][r]);
+      }}
+      if (mx > m[r]) {{
+        const float c = exp2f(m[r] - mx);
+        l[r] *= c;
 #pragma unroll
-    for (int r = 0; r < {r_}; ++r) for (int e = 0; e < {dl}; ++e) acc[r][e] = fmaf(p1[r], f[e], acc[r][e]);
+        for (int e = 0; e < {dl}; ++e) acc[r][e] *= c;
+        m[r] = mx;
+      }}
+#pragma unroll
+      for (int u = 0; u < {u_}; ++u) {{
+        x[u][r] = x[u][r] == -INFINITY ? 0.0f : exp2f(x[u][r] - m[r]);
+        l[r] += x[u][r];
+      }}
+    }}
+#pragma unroll
+    for (int u = 0; u < {u_}; ++u) {{
+{cvt_v}#pragma unroll
+      for (int r = 0; r < {r_}; ++r)
+#pragma unroll
+        for (int e = 0; e < {dl}; ++e) acc[r][e] = fmaf(x[u][r], f[e], acc[r][e]);
+    }}
   }}
   // merge the slots: each scales its state to the block max
   __shared__ float sm_ml[{ns}][{r_}][2];
@@ -289,6 +337,7 @@ KNAME_{tag}{_params(t, sp.paged)} {{
     for (int r = 0; r < {r_}; ++r) {{ sm_ml[slot][r][0] = m[r]; sm_ml[slot][r][1] = l[r]; }}
 #pragma unroll
   for (int r = 0; r < {r_}; ++r)
+#pragma unroll
     for (int e = 0; e < {dl}; ++e) sm_acc[(r * {ns} + slot) * {hd} + d0 + e] = acc[r][e];
   __syncthreads();
   for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS}) {{
@@ -326,13 +375,16 @@ def combine_code(sp: Spec, decls: str, nsplit: int, skip: str) -> str:
   const float* acc = scratch + row * {nsplit * hd};
   const float* ml = scratch + {rows} * {nsplit * hd} + row * {2 * nsplit};
   const int d = threadIdx.x;
+  __shared__ float sm_ml[{2 * nsplit}], sm_w[{nsplit}];  // the splits' (m, l), then their weights
+  for (int o = d; o < 2 * nsplit; o += {hd}) sm_ml[o] = ml[o];
+  __syncthreads();
   float M = -INFINITY, L = 0.0f, A = 0.0f;
-  for (int sp = 0; sp < nsplit; ++sp) M = fmaxf(M, ml[2 * sp]);
-  for (int sp = 0; sp < nsplit; ++sp) {{
-    const float c = ml[2 * sp] == -INFINITY ? 0.0f : exp2f(ml[2 * sp] - M);
-    L = fmaf(ml[2 * sp + 1], c, L);
-    A = fmaf(acc[sp * {hd} + d], c, A);
-  }}
+  for (int sp = 0; sp < nsplit; ++sp) M = fmaxf(M, sm_ml[2 * sp]);
+  for (int sp = d; sp < nsplit; sp += {hd}) sm_w[sp] = sm_ml[2 * sp] == -INFINITY ? 0.0f : exp2f(sm_ml[2 * sp] - M);
+  __syncthreads();
+  for (int sp = 0; sp < nsplit; ++sp) L = fmaf(sm_ml[2 * sp + 1], sm_w[sp], L);
+#pragma unroll 8
+  for (int sp = 0; sp < nsplit; ++sp) A = fmaf(acc[sp * {hd} + d], sm_w[sp], A);  // 8 loads in flight
   const float y = nsplit == 0 ? (T == 0 ? 0.0f : __int_as_float(0x7fffffff)) : A / L;
   out[row * {hd} + d] = {store(dt, "y")};
 }}

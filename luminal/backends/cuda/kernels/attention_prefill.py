@@ -59,6 +59,11 @@ __device__ __forceinline__ void KNAME_ldsm4t(unsigned* r, const unsigned short* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
 }}
+__device__ __forceinline__ void KNAME_ldsm4(unsigned* r, const unsigned short* p) {{
+  const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
+}}
 __device__ __forceinline__ void KNAME_cp16(unsigned short* dst, const void* src, const bool valid) {{
   const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
@@ -101,6 +106,8 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
         score = f"{sp.softcap!r}f * tanhf(x * {scale / sp.softcap!r}f) * {LOG2E!r}f"
     else:
         score = f"x * {scale!r}f"
+    mb = sp.variant.prefill_blocks if hd <= 128 else 0  # (d = 256 needs every register it can get)
+    bounds = f"__launch_bounds__({THREADS}, {mb})" if mb else f"__launch_bounds__({THREADS})"
     kend = "(past + rlast + 1 < T ? past + rlast + 1 : T)" if sp.causal else "T"
     kbeg = f"(past + m0 - {sp.window} + 1 > 0 ? past + m0 - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
     # a tile needs per-element masks unless every row of the block sees every key of it
@@ -110,7 +117,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     if sp.window:
         full.append(f"j0 > past + rlast - {sp.window}")
     return f"""{intrinsics(sp.dtype)}{_bits(sp.dtype)}
-extern "C" __global__ void __launch_bounds__({THREADS}) KNAME_pre{_params(t)} {{
+extern "C" __global__ void {bounds} KNAME_pre{_params(t)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
@@ -168,11 +175,14 @@ extern "C" __global__ void __launch_bounds__({THREADS}) KNAME_pre{_params(t)} {{
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < {hd // 16}; ++kk)
+    for (int kk = 0; kk < {hd // 16}; kk += 2)
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {{
-        const unsigned short* kr = Ks + (n * 8 + gid) * P + kk * 16 + tig * 2;
-        KNAME_mma(sc[n], qf[kk], *reinterpret_cast<const unsigned*>(kr), *reinterpret_cast<const unsigned*>(kr + 8));
+      for (int n = 0; n < BN / 8; ++n) {{  // B fragments of keys n*8.., dims kk*16.. and (kk+1)*16..: one ldmatrix
+        unsigned b[4];
+        const int mi = lane >> 3;
+        KNAME_ldsm4(b, Ks + (n * 8 + (lane & 7)) * P + (kk + (mi >> 1)) * 16 + (mi & 1) * 8);
+        KNAME_mma(sc[n], qf[kk], b[0], b[1]);
+        KNAME_mma(sc[n], qf[kk + 1], b[2], b[3]);
       }}
     __syncthreads();  // every warp is done with Ks
     if (more) {{ load_tile(Ks, kh, {ksk}, j0 + BN); }}
