@@ -26,13 +26,20 @@ def main() -> int:
     ap.add_argument("--s", default="12", help="prompt lengths, comma-separated (prefill)")
     ap.add_argument("--p", type=int, default=3, help="past length")
     ap.add_argument("--fake", action="store_true", help="the fake driver (CPU): checks the script itself")
+    ap.add_argument("--decoder", default=None,
+                    help="a preset (llama-3.2-1b, qwen3-0.6b, gemma-3-1b) cut to 2 layers, compiled by Decoder "
+                         "for cuda (the searched plans, real widths): check its plan of --bucket")  # fmt: skip
     args = ap.parse_args()
     from luminal.backends.cuda import runtime
 
     if args.fake:
         from tests.backends.cuda import fake_driver
 
-        runtime.driver, runtime.load_kernels, runtime.capture = fake_driver, fake_driver.load_kernels, fake_driver.capture
+        runtime.driver, runtime.load_kernels, runtime.capture = (
+            fake_driver,
+            fake_driver.load_kernels,
+            fake_driver.capture,
+        )
     from luminal.backends.reference.executor import ReferenceExecutor
     from luminal.egraph.costs import one_op_plan
     from luminal.egraph.llir import LNode
@@ -40,10 +47,30 @@ def main() -> int:
     from luminal.models.common import random_weights
     from tests.backends.cuda.test_inplace import plans
 
-    model, steps = plans(args.model)
-    llir = steps[1 if args.bucket == "decode" else 5]
     rng = np.random.default_rng(0)
-    weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
+    if args.decoder:
+        from dataclasses import fields, replace
+
+        from luminal.egraph.llir import LLIRGraph
+        from luminal.models import gemma, llama, qwen
+        from luminal.models.engine import Decoder
+
+        mod, arch = {"llama-3.2-1b": (llama, llama), "qwen3-0.6b": (qwen, llama), "gemma-3-1b": (gemma, gemma)}[
+            args.decoder
+        ]
+        cfg = replace(mod.CONFIGS[args.decoder], n_layers=2)
+        if "dtype" in {f.name for f in fields(cfg)}:
+            cfg = replace(cfg, dtype="bf16")
+        model = arch.Transformer(cfg, 64)
+        weights = {**random_weights(model.weight_shapes(), seed=0), **model.extra_inputs()}
+        dec = Decoder(model.graph, model.cache_shapes, 64, weights, "cuda", model.extra_inputs(), cfg.vocab_size)
+        want_s = (1, 1) if args.bucket == "decode" else None
+        ex = next(ex for b, ex in dec.model._plans if (b.get("s") == (1, 1)) == (want_s is not None))
+        llir = LLIRGraph(ex.nodes, {n.op.label: i for i, n in enumerate(ex.nodes) if isinstance(n.op, Output)})
+    else:
+        model, steps = plans(args.model)
+        llir = steps[1 if args.bucket == "decode" else 5]
+        weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     bad = 0
     for s in [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]:
         caches = {n: rng.uniform(-1, 1, sh).astype("bfloat16") for n, sh in model.cache_shapes.items()}
@@ -61,7 +88,9 @@ def main() -> int:
             if isinstance(n.op, (Input, Output)):
                 continue
             plan = one_op_plan(llir, i)
-            ins = {f"in{k}": np.asarray(vals[f"n{j}"] if j not in inputs else inputs[j]) for k, j in enumerate(n.inputs)}
+            ins = {
+                f"in{k}": np.asarray(vals[f"n{j}"] if j not in inputs else inputs[j]) for k, j in enumerate(n.inputs)
+            }
             ex = runtime.CudaExecutor(plan.nodes)
             if args.fake:
                 fake_driver.bind(ex)
