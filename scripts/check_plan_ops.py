@@ -72,8 +72,9 @@ def main() -> int:
         llir = steps[1 if args.bucket == "decode" else 5]
         weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     bad = 0
+    in_dt = {n.op.label: n.dtype for n in llir.nodes if isinstance(n.op, Input)}
     for s in [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]:
-        caches = {n: rng.uniform(-1, 1, sh).astype("bfloat16") for n, sh in model.cache_shapes.items()}
+        caches = {n: rng.uniform(-1, 1, sh).astype(in_dt[n].np) for n, sh in model.cache_shapes.items()}
         env = {"p": args.p, "s": s, "r": 1}
         feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
                 **weights, **caches}  # fmt: skip
@@ -106,7 +107,7 @@ def main() -> int:
     if args.fake:
         fake_driver.bind(whole)
     for s in [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]:
-        caches = {n: rng.uniform(-1, 1, sh).astype("bfloat16") for n, sh in model.cache_shapes.items()}
+        caches = {n: rng.uniform(-1, 1, sh).astype(in_dt[n].np) for n, sh in model.cache_shapes.items()}
         env = {"p": args.p, "s": s, "r": 1}
         feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
                 **weights, **caches}  # fmt: skip
