@@ -71,6 +71,18 @@ def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
     return {k.code: _MODULES[k.code] for k in kernels}
 
 
+def monotone(e: Expression) -> bool:
+    """Whether `e` never decreases as any dim grows (sums, products, quotients, min / max of such terms
+    with non-negative constants): only then is a grid evaluated at the bucket's upper bounds at least
+    the grid at every dims inside the bucket. A grid gated by a comparison (the attention kernel's
+    `264 * (s < 9) * s`: zero at the bound, 1584 blocks at s = 6) is not, and must follow the dims."""
+    if e.op == "num":
+        return e.value >= 0
+    if e.op == "var":
+        return True
+    return e.op in ("add", "mul", "div", "cdiv", "min", "max") and all(monotone(a) for a in e.args)
+
+
 class AtDims:
     """Expressions (by key) evaluated at one run's dims on first use: a steady decode step reads
     only the few it needs (fetched outputs, grids that follow the dims), not every buffer's size."""
@@ -637,7 +649,7 @@ class CudaExecutor:
         out: list[int | None] = []
         for s in self.steps:
             g = max(1, int(s.grid.evaluate(self._upper))) if s.host is None else None
-            out.append(g if g is not None and g <= PIN_GRID else None)
+            out.append(g if g is not None and g <= PIN_GRID and monotone(s.grid) else None)
         return out
 
     def _capture(self, k: int, s: Step):

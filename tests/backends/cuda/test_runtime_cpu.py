@@ -383,3 +383,29 @@ def test_ones_pool_buffers_per_rank_and_written_ones_refilled(memset):
     x = pool.get(lm.i64, 0, 80)
     np.testing.assert_array_equal(fake_driver.mem(x, 80).view(np.int64), np.ones(10, np.int64))
     assert pool.stats["upload_bytes"] - before >= 80
+
+
+def test_a_pinned_grid_covers_every_dims_of_its_bucket(fake):
+    """A grid fixed at the bucket's upper bounds must be at least the grid at any dims inside the
+    bucket (kernels exit past the live sizes, but cannot cover blocks they were not given). The
+    attention kernel's decode path, used for short prompts, has the grid 264 * (s < 9) * s: zero
+    at the bound. Pinned anyway, prompts of 2..8 tokens ran attention on one block (the H200 gave
+    wrong prefill logits for every preset); such a grid must follow the dims."""
+    from tests.backends.cuda.test_inplace import CAP, plans
+
+    model, steps = plans("llama")
+    bounds = {"s": (2, CAP), "r": (1, CAP), "p": (0, CAP - 2)}
+    ex = runtime.CudaExecutor(steps[5].nodes)
+    fake_driver.bind(ex)
+    ex.set_bounds(bounds)
+    ex.stats["pinned"] = True  # the arena fits at the bounds (what a run decides first)
+    pins = ex._pinned_grids()
+    assert any(p is not None for p in pins)  # the plan does pin grids
+    assert any(p is None and s.grid.dims() for p, s in zip(pins, ex.steps, strict=True))
+    for pinned, st in zip(pins, ex.steps, strict=True):
+        if pinned is None:
+            continue
+        for s in (2, 3, 8, 9, 64, CAP):
+            for p in (0, 7, CAP - s):
+                env = {"s": s, "r": 1, "p": p}
+                assert max(1, int(st.grid.evaluate(env))) <= pinned, (st.grid, env)
