@@ -219,6 +219,9 @@ def floordiv(a, b):
     t = _trunc(div)
     q = t - lt(div, t).cast(a.dtype)  # floor
     q = q + gt(div - q, 0.5).cast(a.dtype)
+    # a zero quotient takes the sign of a / b, as numpy's copysign(0, a / b) (-0.0 // 1 is -0.0):
+    # (a / b) * 0 is that signed zero wherever the quotient is 0 (|a / b| < 1 there: finite)
+    q = where(eq(q, 0.0), truediv(a, b) * 0.0, q)
     return q if plain else where(eq(b, 0.0) | eq(div.abs(), math.inf), truediv(a, b), q)
 
 

@@ -479,6 +479,23 @@ def test_floordiv_issue_examples():
         np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64), err_msg=str(dt))
 
 
+@pytest.mark.parametrize("dtype", (lm.f32, lm.f64, lm.f16, lm.bf16), ids=str)
+def test_floordiv_zero_quotient_has_numpys_sign(dtype):
+    """A zero quotient is copysign(0, a / b) in numpy: -0.0 // 1, 0.0 // -1 and 0.5 // -2... are -0.0."""
+    a = np.array([-0.0, 0.0, 0.5, -0.5, 0.0, -0.0, 3.0, -3.0, 0.25, -0.25]).astype(dtype.np)
+    b = np.array([1.0, -1.0, 2.0, -2.0, 1.0, -1.0, -7.0, 7.0, -4.0, 4.0]).astype(dtype.np)
+    g = lm.Graph()
+    x = g.tensor("a", ("n",), dtype)
+    (x // g.tensor("b", ("n",), dtype)).output("q")
+    (x // 3.0).output("qs")
+    got = g.compile("reference").run({"a": a, "b": b})
+    want = np.floor_divide(a, b).astype(np.float64)
+    np.testing.assert_array_equal(got["q"].astype(np.float64), want)
+    np.testing.assert_array_equal(np.signbit(got["q"].astype(np.float64)), np.signbit(want))
+    ws = np.floor_divide(a, dtype.np.type(3.0)).astype(np.float64)
+    np.testing.assert_array_equal(np.signbit(got["qs"].astype(np.float64)), np.signbit(ws))
+
+
 def test_truediv_f64_subnormal_quotient_within_one_subnormal_ulp():
     g = lm.Graph()
     a, b = g.tensor("a", ("n",), lm.f64), g.tensor("b", ("n",), lm.f64)
