@@ -73,11 +73,17 @@ def main() -> int:
         weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     bad = 0
     in_dt = {n.op.label: n.dtype for n in llir.nodes if isinstance(n.op, Input)}
-    for s in [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]:
+    lengths = [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]
+
+    def make_feed(s: int) -> tuple[dict, dict]:
+        """Random tokens and caches for a step of `s` tokens at past length `args.p`: (feed, dims)."""
         caches = {n: rng.uniform(-1, 1, sh).astype(in_dt[n].np) for n, sh in model.cache_shapes.items()}
-        env = {"p": args.p, "s": s, "r": 1}
         feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
                 **weights, **caches}  # fmt: skip
+        return feed, {"p": args.p, "s": s, "r": 1}
+
+    for s in lengths:
+        feed, env = make_feed(s)
         nodes = list(llir.nodes)  # every intermediate as an output of its own (kept alive to the end)
         for i, n in enumerate(llir.nodes):
             if not isinstance(n.op, (Input, Output)):
@@ -106,11 +112,8 @@ def main() -> int:
     whole = runtime.CudaExecutor(llir.nodes)  # the whole plan, one executor across the lengths
     if args.fake:
         fake_driver.bind(whole)
-    for s in [1] if args.bucket == "decode" else [int(x) for x in args.s.split(",")]:
-        caches = {n: rng.uniform(-1, 1, sh).astype(in_dt[n].np) for n, sh in model.cache_shapes.items()}
-        env = {"p": args.p, "s": s, "r": 1}
-        feed = {"tokens": rng.integers(0, 256, s).astype(np.int32), "rows": np.array([s - 1], np.int32),
-                **weights, **caches}  # fmt: skip
+    for s in lengths:
+        feed, env = make_feed(s)
         want = ReferenceExecutor(llir.nodes, llir.outputs).run(dict(feed), env)
         got = whole.run(dict(feed), env)
         for label, w in want.items():
