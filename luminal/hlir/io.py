@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -74,6 +75,15 @@ class Constant(Op):
             raise DTypeError(f"constant {value!r} does not fit {dtype} [{lo}, {hi}]; cast the tensor to a wider dtype")
         return cls(float(n), dtype, n)
 
+    # value by bit pattern: -0.0 and 0.0 are different constants (1 / x, copysign), a NaN equals itself;
+    # the dataclass's field-tuple == would conflate the zeros in every memo keyed by op (renders, fused
+    # bodies' interning, plan keys)
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and constant_key(self) == constant_key(other)  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, constant_key(self)))
+
     def out_dtype(self, in_dtypes):
         return self.dtype
 
@@ -104,6 +114,16 @@ class Iota(Op):
         n = int(self.length.evaluate(env))
         v = self.expr.evaluate({**env, "z": np.arange(n, dtype=np.int64)})
         return np.broadcast_to(np.asarray(v, np.int64), (n,)).astype(np.int32)
+
+
+def float_bits(v: float) -> int:
+    """The IEEE-754 binary64 bit pattern of `v` (-0.0 and 0.0 differ; NaNs by payload)."""
+    return struct.unpack("<q", struct.pack("<d", float(v)))[0]
+
+
+def constant_key(op: Constant) -> tuple:
+    """What identifies a constant op (Constant, KernelConstant): its fields, floats by bit pattern."""
+    return tuple(float_bits(v) if isinstance(v, float) else v for v in op.fields())
 
 
 def cast_array(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:

@@ -90,6 +90,8 @@ class KernelConstant(KernelOp):
     exact: int = 0
     hlir_class: ClassVar[type] = Constant
     prefix: ClassVar[str] = "const"
+    __eq__ = Constant.__eq__  # value by bit pattern (Constant): -0.0 is not 0.0
+    __hash__ = Constant.__hash__
 
     def input_views(self):
         return ()
