@@ -36,7 +36,13 @@ PDL = Flag(
     "0: CUDA graph kernel->kernel edges are full dependencies; default programmatic (sm_90+: a kernel starts "
     "while the one before drains and waits for it itself)",
 )
-FLAGS = (DEBUG, DUMP, CACHE, TF32, PROFILE, PDL)
+NVRTC_PROCS = Flag(
+    "LUMINAL_NVRTC_PROCS",
+    "",
+    "worker processes NVRTC programs compile in; 0: in-process threads; default min(16, CPUs) with >= 8 CPUs, else 0",
+)
+NVRTC_THREADS = Flag("LUMINAL_NVRTC_THREADS", "", "NVRTC programs compiled at once in threads (default: CPUs)")
+FLAGS = (DEBUG, DUMP, CACHE, TF32, PROFILE, PDL, NVRTC_PROCS, NVRTC_THREADS)
 
 
 def debug() -> bool:

@@ -389,6 +389,9 @@ def compile_plans(graph: Graph, backend: Backend, opts: CompileOptions) -> tuple
     after = _counters(backend)
     if after:  # e.g. NVRTC compiles, cache hits and seconds (kernels of the search and of the plans)
         stats["backend_counters"] = {k: round(v - counters.get(k, 0), 6) for k, v in after.items()}
+        lines = getattr(backend, "counter_lines", None)  # e.g. CUDA's `nvrtc:` line
+        if callable(lines):
+            stats["backend_lines"] = list(lines(stats["backend_counters"]))
     stats["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats["llir_nodes"] = sum(len(ll) for ll in llirs)
     stats["llir_ops"] = llirs[0].op_counts() if len(llirs) == 1 else [ll.op_counts() for ll in llirs]
@@ -475,6 +478,7 @@ def format_stats(stats: Mapping) -> str:
         rows.append("  profiling: " + ", ".join(f"{k}={v}" for k, v in stats["profiling"].items()))
     if "backend_counters" in stats:
         rows.append("  backend: " + ", ".join(f"{k}={v}" for k, v in stats["backend_counters"].items()))
+    rows += [f"  {line}" for line in stats.get("backend_lines", ())]
     for k in ("time_serialize_s", "time_roll_s", "time_saturate_s", "time_pool_s", "time_extract_s",
               "time_search_s", "time_load_s", "time_total_s"):  # fmt: skip
         rows.append(f"  {k:<18}{stats.get(k, 0.0):>9.4f}")

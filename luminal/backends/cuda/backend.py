@@ -150,6 +150,10 @@ class CudaBackend:
         renders (rendered.STATS): the compiler reports their change per compile."""
         return {**nvrtc.STATS, **PROFILE_STATS, **rendered.STATS}
 
+    def counter_lines(self, delta: Mapping[str, float]) -> list[str]:
+        """What LUMINAL_DEBUG prints of a compile's counter changes `delta` beyond the table: NVRTC's line."""
+        return [nvrtc.summary(dict(delta))]
+
 
 def count_profile(llir: LLIRGraph, sizes: Mapping[str, int], seconds: float, filled: int = 0, host: int = 0) -> None:
     """Add one timed plan to PROFILE_STATS (`sizes`: element count of each Input it reads; `filled` /

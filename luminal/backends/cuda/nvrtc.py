@@ -1,13 +1,17 @@
 """CUDA C -> cubin with NVRTC (cuda.bindings.nvrtc), headers located by cuda.pathfinder.
 
 Compiled images are cached in process (by key) and on disk under `<cache dir>/kernels/<key>.cubin`
-where key = sha256(source, arch, NVRTC version, options); writes are atomic (temp file + rename), so
-concurrent processes never read a torn file. `compile_units` caches per kernel: each kernel's code is
-indexed (`<cache dir>/kernels/by-code/<code key>` names the image holding it), so a batch that mixes
-kernels compiled before, in any grouping, with new ones compiles only the new ones: in one program per
-CPU (`workers()`), compiled in parallel threads (NVRTC releases the GIL; each program parses the headers
-once, so a handful of programs, balanced by code size). `prefetch` starts such compiles in the
-background (the search hands it every candidate plan's kernels), and compile_units waits for them.
+where key = sha256(source, arch, NVRTC version, options, toolchain digest: the include directories'
+headers (name, size, mtime) and the CUDA backend's generator sources); writes are atomic (temp file +
+rename), so concurrent processes never read a torn file. `compile_units` caches per kernel: each
+kernel's code is indexed (`<cache dir>/kernels/by-code/<code key>` names the image holding it; the code
+key hashes the translation unit the kernel alone renders to, so the prelude and its includes are in it:
+a changed prelude is a miss, never an old cubin), so a batch that mixes kernels compiled before, in any
+grouping, with new ones compiles only the new ones: in one program per worker (`workers()`; each program
+parses the headers once, so a handful of programs, balanced by code size), compiled at once in worker
+processes (nvrtc_procs.py, LUMINAL_NVRTC_PROCS) or, with that 0, in threads. `prefetch` starts such
+compiles in the background (the search hands it every candidate plan's kernels), and compile_units
+waits for them. `summary` is the `nvrtc:` line LUMINAL_DEBUG prints.
 Works without a GPU: the arch defaults to sm_90 (the GPU machine's H200) when no device is usable.
 """
 
@@ -25,6 +29,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from luminal import flags
+from luminal.backends.cuda import nvrtc_procs
 from luminal.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -36,9 +42,11 @@ _LOCK = threading.Lock()
 # programs compiled, cache hits (programs, or kernels for compile_units), seconds (wall and this
 # process's CPU: the CPU figure does not grow with other processes' load), kernels compiled; kernels
 # compiled ahead (`prefetch`), and the wall seconds callers spent in compile_units (compiling, or waiting
-# for kernels under way: NVRTC on the compile's critical path; compile_s sums the programs' own seconds)
+# for kernels under way: NVRTC on the compile's critical path; compile_s sums the programs' own seconds);
+# busy_s: wall seconds in which at least one program was compiling
 STATS = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "compile_s": 0.0, "compile_cpu_s": 0.0, "kernels": 0,
-         "prefetched": 0, "wait_s": 0.0}  # fmt: skip
+         "prefetched": 0, "wait_s": 0.0, "busy_s": 0.0}  # fmt: skip
+_BUSY = [0, 0.0]  # programs compiling now, when the current busy stretch began
 _BY_CODE: dict[str, bytes] = {}  # code key -> image holding that kernel (compile_units)
 _PENDING: dict[str, Future] = {}  # code key -> the image holding it, being compiled ahead (`prefetch`)
 _POOL: list[ThreadPoolExecutor] = []  # the threads programs compile in (one per CPU)
@@ -94,16 +102,32 @@ def include_dirs() -> tuple[str, ...]:
 
 def cache_dir() -> Path | None:
     """`<LUMINAL_CACHE>/kernels`, or None when the cache is off (luminal/flags.py)."""
-    from luminal import flags
-
     root = flags.cache_dir()
     return None if root is None else Path(root) / "kernels"
+
+
+@functools.cache
+def toolchain_digest() -> str:
+    """What beyond the source and options decides a cubin: the headers NVRTC includes (name, size,
+    mtime of every file in the include directories: a reinstalled wheel or toolkit is a miss) and the
+    kernel generators' sources (this package's .py files)."""
+    h = hashlib.sha256()
+    for d in include_dirs():
+        for f in sorted(Path(d).iterdir()):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            h.update(f"{f.name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    for f in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _key(source: str, arch: str, options: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     major, minor = version()
-    for part in (source, arch, f"{major}.{minor}", *options):
+    for part in (source, arch, f"{major}.{minor}", *options, toolchain_digest()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -147,7 +171,7 @@ def compile_units(
     out: dict[str, bytes] = {}
     todo: list[str] = []
     for code in dict.fromkeys(codes):
-        ck = _key(code, arch, options)
+        ck = _code_key(code, render, arch, options)
         img = _known(ck)
         if img is not None:
             _PENDING.pop(ck, None)  # compiled ahead and indexed by now
@@ -164,9 +188,9 @@ def compile_units(
         out[code] = img
     groups = [(g, render(g)) for g in _groups(todo, workers())]
     if len(groups) > 1:
-        built = list(_pool().map(lambda gs: _build(gs[0], gs[1], arch, options), groups))
+        built = list(_pool().map(lambda gs: _build(gs[0], gs[1], render, arch, options), groups))
     else:
-        built = [_build(g, src, arch, options) for g, src in groups]
+        built = [_build(g, src, render, arch, options) for g, src in groups]
     for (group, _), img in zip(groups, built, strict=True):
         out.update(dict.fromkeys(group, img))
     STATS["wait_s"] += time.perf_counter() - t0
@@ -182,15 +206,21 @@ def prefetch(codes: Sequence[str], render: Callable[[list[str]], str], arch: str
     options = _options(arch)
     todo = []
     for code in dict.fromkeys(codes):
-        ck = _key(code, arch, options)
+        ck = _code_key(code, render, arch, options)
         if ck not in _PENDING and _known(ck) is None:
             todo.append(code)
     for group in _groups(todo, workers()):
-        fut = _pool().submit(_build, group, render(group), arch, options)
+        fut = _pool().submit(_build, group, render(group), render, arch, options)
         for code in group:
-            _PENDING[_key(code, arch, options)] = fut
+            _PENDING[_code_key(code, render, arch, options)] = fut
     STATS["prefetched"] += len(todo)
     return len(todo)
+
+
+def _code_key(code: str, render: Callable[[list[str]], str], arch: str, options: tuple[str, ...]) -> str:
+    """Index key of one kernel: the key of the translation unit it alone renders to (prelude and
+    includes with it), so the index never serves an image built around another prelude."""
+    return _key(render([code]), arch, options)
 
 
 def _options(arch: str) -> tuple[str, ...]:
@@ -218,13 +248,13 @@ def _known(ck: str) -> bytes | None:
     return img
 
 
-def _build(group: list[str], src: str, arch: str, options: tuple[str, ...]) -> bytes:
+def _build(group: list[str], src: str, render: Callable, arch: str, options: tuple[str, ...]) -> bytes:
     """Compile one program of kernels `group` (source `src`) and index each kernel (memory and disk)."""
-    img = compile_cubin(src, arch)
+    img = compile_cubin(src, arch, name=program_name(group))
     ik = _key(src, arch, options)
     root = cache_dir()
     for code in group:
-        ck = _key(code, arch, options)
+        ck = _code_key(code, render, arch, options)
         _BY_CODE[ck] = img
         if root is not None:
             atomic_write(root / "by-code" / ck, ik.encode())
@@ -240,11 +270,38 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def workers() -> int:
-    """Programs compile_units compiles at once: the CPUs this process may use (LUMINAL_NVRTC_THREADS)."""
-    env = os.environ.get("LUMINAL_NVRTC_THREADS", "")
+    """Programs compile_units compiles at once: the worker processes (LUMINAL_NVRTC_PROCS) or, with
+    those off, threads: the CPUs this process may use (LUMINAL_NVRTC_THREADS)."""
+    n = nvrtc_procs.procs()
+    if n > 0:
+        return n
+    env = flags.NVRTC_THREADS.raw().strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return nvrtc_procs.cpus()
+
+
+_ENTRY_NAME = re.compile(r"__global__\s+void\s+(\w+)")
+
+
+def program_name(codes: Sequence[str]) -> str:
+    """The name a program of kernels `codes` compiles under (NVRTC errors name it): its entries."""
+    names = [m for c in codes for m in _ENTRY_NAME.findall(c)]
+    if not names:
+        return "luminal.cu"
+    shown = ",".join(names[:4])
+    return f"{shown}+{len(names) - 4}more.cu" if len(names) > 4 else f"{shown}.cu"
+
+
+def summary(counters: dict[str, float]) -> str:
+    """The `nvrtc:` line LUMINAL_DEBUG prints for a compile (`counters`: the change of STATS over it)."""
+    n = nvrtc_procs.procs()
+    how = f"{n} processes" if n > 0 else f"{workers()} threads"
+    hits = int(counters.get("memory_hits", 0) + counters.get("disk_hits", 0))
+    return (f"nvrtc: {int(counters.get('kernels', 0))} kernels compiled in {int(counters.get('compiles', 0))} "
+            f"programs, {hits} cache hits ({int(counters.get('disk_hits', 0))} disk), "
+            f"busy {counters.get('busy_s', 0.0):.2f} s wall, waited {counters.get('wait_s', 0.0):.2f} s, "
+            f"{counters.get('compile_cpu_s', 0.0):.2f} s CPU; workers: {how}")  # fmt: skip
 
 
 def _groups(codes: list[str], n: int) -> list[list[str]]:
@@ -262,6 +319,34 @@ def _groups(codes: list[str], n: int) -> list[list[str]]:
 
 
 def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
+    """One program's cubin, compiled in a worker process (nvrtc_procs) or in this thread; counted."""
+    t0 = time.perf_counter()
+    with _LOCK:
+        _BUSY[0] += 1
+        if _BUSY[0] == 1:
+            _BUSY[1] = t0
+    try:
+        if nvrtc_procs.procs() > 0:
+            image, dt, cpu = nvrtc_procs.compile_program(source, options, name)
+        else:
+            image, dt, cpu = nvrtc_compile(source, options, name)
+    finally:
+        with _LOCK:
+            _BUSY[0] -= 1
+            if _BUSY[0] == 0:
+                STATS["busy_s"] += time.perf_counter() - _BUSY[1]
+    with _LOCK:  # programs may compile in parallel threads (compile_units)
+        STATS["compiles"] += 1
+        STATS["compile_s"] += dt
+        STATS["compile_cpu_s"] += cpu
+        STATS["kernels"] += source.count("__global__")
+    log.debug("nvrtc: compiled %s (%d bytes of CUDA) in %.1f ms", name, len(source), dt * 1e3)
+    return image
+
+
+def nvrtc_compile(source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float]:
+    """(cubin, wall seconds, CPU seconds of this thread) of one program; BackendError with NVRTC's log
+    and the offending lines when it does not compile. Runs in this process (or a worker's)."""
     nv = _nvrtc()
     t0 = time.perf_counter()
     c0 = time.thread_time()  # NVRTC runs in this thread; other threads may compile at once
@@ -276,14 +361,7 @@ def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
         _check(nv.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
     finally:
         nv.nvrtcDestroyProgram(prog)
-    dt = time.perf_counter() - t0
-    with _LOCK:  # programs may compile in parallel threads (compile_units)
-        STATS["compiles"] += 1
-        STATS["compile_s"] += dt
-        STATS["compile_cpu_s"] += time.thread_time() - c0
-        STATS["kernels"] += source.count("__global__")
-    log.debug("nvrtc: compiled %d bytes of CUDA in %.1f ms", len(source), dt * 1e3)
-    return bytes(buf)
+    return bytes(buf), time.perf_counter() - t0, time.thread_time() - c0
 
 
 def _log(prog) -> str:

@@ -3,7 +3,15 @@ any batch, is never compiled again, in this process or (through the disk index) 
 
 from __future__ import annotations
 
+import pytest
+
 from luminal.backends.cuda import nvrtc
+
+
+@pytest.fixture(autouse=True)
+def _threads(monkeypatch):
+    """These tests pin the in-process threads (LUMINAL_NVRTC_THREADS); worker processes: test_nvrtc_procs.py."""
+    monkeypatch.setenv("LUMINAL_NVRTC_PROCS", "0")
 
 
 def _kernel(name: str) -> str:
