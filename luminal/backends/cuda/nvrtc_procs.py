@@ -1,33 +1,41 @@
 """NVRTC in worker processes: the programs nvrtc.py compiles run in a pool of processes, not threads.
 
 In-process threads serialise on the GIL between NVRTC calls and on NVRTC's own locks, so a batch of
-programs spread over 16 threads compiles little faster than one after another; processes do not share
-either. The pool (forkserver start: safe with the threads and the CUDA context of the compiling
-process; workers never touch a GPU, NVRTC needs none) is started on the first compile, once per process,
-its workers importing NVRTC up front, and shut down at exit. `procs()` reads LUMINAL_NVRTC_PROCS: 0 keeps
-the in-process threads; unset: up to 16 workers where at least 8 CPUs are usable, else 0. A worker
-compiles exactly what the in-process path compiles (`nvrtc.nvrtc_compile`: same source and options,
-same cubin); an NVRTC error comes back as the BackendError the in-process path raises, and a worker
-that dies is reported as a BackendError naming the program, the pool being restarted for the next one.
+programs spread over 16 threads compiles little faster than one after another; processes share
+neither. A worker is a plain subprocess (`python -m luminal.backends.cuda.nvrtc_procs`) reading pickled
+requests on its stdin and writing pickled replies on its stdout: not multiprocessing, whose spawn and
+forkserver starts run the user's main module again in every worker (a script without an
+`if __name__ == "__main__"` guard would compile in each), and whose fork start is unsafe with the
+threads and CUDA context of a compiling process. Workers never touch a GPU (NVRTC needs none).
+
+The pool is started on the first compile, once per process (every worker at once: each loads NVRTC
+before its first program), and shut down at exit. `procs()` reads LUMINAL_NVRTC_PROCS: 0 keeps the
+in-process threads; unset: up to 16 workers where at least 8 CPUs are usable, else 0. A worker compiles
+exactly what the in-process path compiles (`nvrtc.nvrtc_compile`: same source and options, same
+cubin); an NVRTC error comes back as the BackendError the in-process path raises, and a worker that
+dies is reported as a BackendError naming the program, and replaced.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import multiprocessing as mp
 import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import BinaryIO
 
 from luminal.errors import BackendError
 
 log = logging.getLogger(__name__)
 MAX_PROCS = 16  # NVRTC programs of one batch are few (nvrtc._groups); more workers only cost memory
 MIN_CPUS = 8  # below this many usable CPUs the default is the in-process threads
-_POOL: list[ProcessPoolExecutor] = []
-_LOCK = threading.Lock()
+_HEAD = struct.Struct("<Q")
 
 
 def cpus() -> int:
@@ -47,70 +55,142 @@ def procs() -> int:
     return min(MAX_PROCS, n) if n >= MIN_CPUS else 0
 
 
+# -- the parent's side ------------------------------------------------------------------------------------
+class _Worker:
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[3])  # the directory holding the luminal package
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "luminal.backends.cuda.nvrtc_procs"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def call(self, request: tuple) -> tuple:
+        if self.proc.stdin is None or self.proc.stdout is None:
+            raise OSError("the worker has no pipes")
+        _send(self.proc.stdin, request)
+        return _recv(self.proc.stdout)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()  # the worker's loop ends at EOF
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Pool:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self.all = [_Worker() for _ in range(n)]
+        for w in self.all:
+            self.idle.put(w)
+
+    def compile(self, source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float]:
+        w = self.idle.get()
+        if w.proc.poll() is not None:  # died while idle (killed, out of memory): replace it first
+            w = self._replace(w)
+        try:
+            status, value = w.call((source, options, name))
+        except (OSError, EOFError, pickle.UnpicklingError) as e:  # died on this program
+            code = w.proc.poll()
+            self.idle.put(self._replace(w))
+            raise BackendError(f"NVRTC worker process died compiling {name} (exit {code}): {e}") from None
+        self.idle.put(w)
+        if status == "ok":
+            return value
+        raise value if isinstance(value, BaseException) else BackendError(f"NVRTC worker failed on {name}: {value}")
+
+    def _replace(self, dead: _Worker) -> _Worker:
+        dead.close()
+        fresh = _Worker()
+        with _LOCK:
+            self.all = [fresh if x is dead else x for x in self.all]
+        return fresh
+
+    def close(self) -> None:
+        for w in self.all:
+            w.close()
+
+
+_POOL: list[_Pool] = []
+_LOCK = threading.Lock()
+
+
 def compile_program(source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float]:
     """(cubin, wall seconds, CPU seconds) of one program, compiled in a worker process."""
-    pool = _pool()
-    try:
-        return pool.submit(_worker_compile, source, options, name).result()
-    except BrokenProcessPool as e:
-        _drop(pool)
-        raise BackendError(f"NVRTC worker process died compiling {name}: {e}") from None
+    return _pool().compile(source, options, name)
 
 
-def _worker_compile(source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float]:
-    from luminal.backends.cuda import nvrtc
-
-    return nvrtc.nvrtc_compile(source, options, name)
-
-
-def _worker_init() -> None:
-    from luminal.backends.cuda import nvrtc
-
-    nvrtc.version()  # loads NVRTC once per worker, before its first program
-
-
-def _warm() -> int:
-    return os.getpid()
-
-
-def _context():
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-def _pool() -> ProcessPoolExecutor:
-    if _POOL:
-        return _POOL[0]
-    with _LOCK:
-        if not _POOL:
-            n = max(1, procs())
-            pool = ProcessPoolExecutor(max_workers=n, mp_context=_context(), initializer=_worker_init)
-            for _ in range(n):  # start every worker now: a batch's programs then compile at once
-                pool.submit(_warm)
-            _POOL.append(pool)
-            log.debug("nvrtc: started %d worker processes", n)
+def _pool() -> _Pool:
+    if not _POOL:
+        with _LOCK:
+            if not _POOL:
+                _POOL.append(_Pool(max(1, procs())))
+                log.debug("nvrtc: started %d worker processes", _POOL[0].n)
     return _POOL[0]
 
 
-def _drop(pool: ProcessPoolExecutor) -> None:
-    with _LOCK:
-        if _POOL and _POOL[0] is pool:
-            _POOL.clear()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
 def running() -> int:
-    """Worker processes of the started pool (0 when none is started)."""
-    return len(getattr(_POOL[0], "_processes", None) or {}) if _POOL else 0
+    """Live worker processes of the started pool (0 when none is started)."""
+    return sum(w.proc.poll() is None for w in _POOL[0].all) if _POOL else 0
 
 
 def shutdown() -> None:
-    """Stop the pool (waits for programs under way); the next compile starts a new one."""
+    """Stop the workers (each finishes the program it compiles); the next compile starts a new pool."""
     with _LOCK:
         pools = list(_POOL)
         _POOL.clear()
     for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.close()
 
 
 atexit.register(shutdown)
+
+
+# -- the wire and the worker's side -----------------------------------------------------------------------
+def _send(f: BinaryIO, obj: object) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_HEAD.pack(len(data)) + data)
+    f.flush()
+
+
+def _recv(f: BinaryIO) -> object:
+    head = f.read(_HEAD.size)
+    if len(head) < _HEAD.size:
+        raise EOFError("the NVRTC worker closed its pipe")
+    (n,) = _HEAD.unpack(head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("the NVRTC worker closed its pipe mid-reply")
+    return pickle.loads(data)
+
+
+def serve() -> None:
+    """A worker's loop: (source, options, name) in, ("ok", (cubin, wall, cpu)) or ("error", exception) out."""
+    from luminal.backends.cuda import nvrtc
+
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
+    inp = os.fdopen(os.dup(0), "rb")
+    nvrtc.version()  # load NVRTC before the first program
+    while True:
+        try:
+            source, options, name = _recv(inp)
+        except EOFError:
+            return
+        try:
+            reply: tuple = ("ok", nvrtc.nvrtc_compile(source, tuple(options), name))
+        except Exception as e:  # noqa: BLE001 - every error goes back to the compiling process
+            reply = ("error", e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}"))
+        _send(out, reply)
+
+
+if __name__ == "__main__":
+    serve()

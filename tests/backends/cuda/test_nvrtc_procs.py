@@ -4,6 +4,11 @@ kernel, the pool starts once and restarts after shutdown; a changed prelude or h
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from luminal.backends.cuda import nvrtc, nvrtc_procs
@@ -128,3 +133,43 @@ def test_summary_line():
                           "wait_s": 0.5, "compile_cpu_s": 2.0})  # fmt: skip
     assert line.startswith("nvrtc: 12 kernels compiled in 3 programs, 9 cache hits (5 disk), busy 1.50 s wall")
     assert "workers:" in line
+
+
+def test_a_dead_worker_is_an_error_and_is_replaced(monkeypatch, procs):
+    monkeypatch.setenv("LUMINAL_CACHE", "off")
+    pool = nvrtc_procs._pool()
+    for w in pool.all:  # dead while idle: replaced before its next program, no error
+        w.proc.kill()
+        w.proc.wait()
+    assert b"idle_dead" in nvrtc.compile_cubin(_render([_kernel("idle_dead")]), "sm_90")
+    call = nvrtc_procs._Worker.call
+
+    def dies(self, request):
+        self.proc.kill()
+        self.proc.wait()
+        return call(self, request)
+
+    monkeypatch.setattr(nvrtc_procs._Worker, "call", dies)
+    with pytest.raises(BackendError, match="died compiling dead_a"):
+        nvrtc.compile_cubin(_render([_kernel("dead_a")]), "sm_90", name="dead_a.cu")
+    monkeypatch.setattr(nvrtc_procs._Worker, "call", call)
+    assert b"dead_b" in nvrtc.compile_cubin(_render([_kernel("dead_b")]), "sm_90")  # a fresh worker took over
+    assert nvrtc_procs.running() == 2
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+    """Workers are not multiprocessing children: the user's script is not run again in each of them."""
+    script = tmp_path / "user.py"
+    script.write_text(
+        "import os\n"
+        "os.environ['LUMINAL_NVRTC_PROCS'] = '2'\n"
+        "os.environ['LUMINAL_CACHE'] = 'off'\n"
+        "from luminal.backends.cuda import nvrtc\n"
+        "print('script ran', flush=True)\n"
+        "nvrtc.compile_cubin('extern \"C\" __global__ void g(float* x) { x[0] = 1.0f; }', 'sm_90')\n"
+    )
+    root = Path(__file__).parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("script ran") == 1
