@@ -20,7 +20,8 @@ as reference executors. Its `profile_s` column is then 0; `plans`, `readMB` (the
 timed plans read), `fillMB` (what the profiling pool, runtime.OnesPool, fills on the device for them)
 and `nvrtc` (NVRTC CPU seconds; `nvwait`: wall seconds the compile waited for NVRTC, its critical
 path; `rend`: kernels rendered, not found in the rendered-kernel cache) are what the GPU run pays for on
-top of the CPU work.
+top of the CPU work. NVRTC runs in worker processes where LUMINAL_NVRTC_PROCS says so (default with >= 8
+CPUs): their CPU seconds are in `nvrtc`, not in `cpu` (this process's); the JSON line holds `nvrtc_procs`.
   python bench/compile.py --synthetic 1,4,16                # the small synthetic decoder of earlier notes
 Add `--json FILE` to append one JSON line per measurement; with LUMINAL_DEBUG=1 each compile's own
 breakdown (per region and phase, profiling, NVRTC) follows its row on stderr.
@@ -208,7 +209,12 @@ def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, lay
     out = {k: st.get(k) for k in ("hlir_nodes", "live_hlir_nodes", "egglog_commands", "egraph_nodes",
                                   "egraph_classes", "llir_nodes", "time_serialize_s", "time_roll_s",
                                   "time_saturate_s", "time_extract_s", "time_search_s", "time_load_s",
-                                  "time_total_s", "cache_hit", "profiling", "backend_counters", "rolled")}  # fmt: skip
+                                  "time_total_s", "cache_hit", "profiling", "backend_counters", "backend_lines",
+                                  "rolled")}  # fmt: skip
+    if backend.startswith("cuda"):  # where NVRTC ran: worker processes (their CPU is not in cpu_s) or threads
+        from luminal.backends.cuda import nvrtc, nvrtc_procs
+
+        out |= {"nvrtc_procs": nvrtc_procs.procs(), "nvrtc_workers": nvrtc.workers()}
     out |= {"preset": preset, "graph": name, "backend": backend, "dtype": dtype, "time_build_s": t_build,
             "wall_s": wall, "cpu_s": cpu,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
