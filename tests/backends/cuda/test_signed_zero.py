@@ -11,7 +11,7 @@ import pytest
 from luminal.backends.cuda.backend import plan_kernels
 from luminal.backends.cuda.kernels.io import KernelConstant
 from luminal.dtype import DType
-from luminal.egraph.llir import LNode
+from luminal.egraph.llir import LNode, _op_text
 from luminal.hlir import Constant, Output
 from luminal.hlir.fexpr import FNode
 
@@ -24,6 +24,13 @@ def test_signed_zeros_are_different_constants(cls):
     nan = cls(math.nan, DType.f32)
     assert nan == cls(math.nan, DType.f32)  # a NaN constant is itself (field == would say no)
     assert Constant(1.0, DType.f32) != KernelConstant(1.0, DType.f32)
+
+
+@pytest.mark.parametrize("cls", [Constant, KernelConstant])
+def test_op_text_keeps_signed_zeros_apart(cls):
+    """The canonical op text (memoized by op) keys the per-op cost memo, the rendered-kernel disk cache
+    and loop rolling's layer signatures: the first zero's text must not stand for the other."""
+    assert "-0.0" not in _op_text(cls(0.0, DType.f32)) and "-0.0" in _op_text(cls(-0.0, DType.f32))
 
 
 def test_fused_body_interning_keeps_signed_zeros_apart():
