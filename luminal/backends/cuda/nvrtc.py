@@ -426,3 +426,4 @@ def clear_memory_cache() -> None:
     _PENDING.clear()
     _MEMORY.clear()
     _BY_CODE.clear()
+    _CODE_KEYS.clear()
