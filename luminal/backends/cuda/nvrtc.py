@@ -302,8 +302,7 @@ def program_name(codes: Sequence[str]) -> str:
 
 def summary(counters: dict[str, float]) -> str:
     """The `nvrtc:` line LUMINAL_DEBUG prints for a compile (`counters`: the change of STATS over it)."""
-    n = nvrtc_procs.procs()
-    how = f"{n} processes" if n > 0 else f"{workers()} threads"
+    how = f"{nvrtc_procs.procs()} processes" if nvrtc_procs.enabled() else f"{workers()} threads"
     hits = int(counters.get("memory_hits", 0) + counters.get("disk_hits", 0))
     return (f"nvrtc: {int(counters.get('kernels', 0))} kernels compiled in {int(counters.get('compiles', 0))} "
             f"programs, {hits} cache hits ({int(counters.get('disk_hits', 0))} disk), "
@@ -333,10 +332,8 @@ def _compile(source: str, options: tuple[str, ...], name: str) -> bytes:
         if _BUSY[0] == 1:
             _BUSY[1] = t0
     try:
-        if nvrtc_procs.procs() > 0:
-            image, dt, cpu = nvrtc_procs.compile_program(source, options, name)
-        else:
-            image, dt, cpu = nvrtc_compile(source, options, name)
+        done = nvrtc_procs.compile_program(source, options, name) if nvrtc_procs.enabled() else None
+        image, dt, cpu = done if done is not None else nvrtc_compile(source, options, name)
     finally:
         with _LOCK:
             _BUSY[0] -= 1

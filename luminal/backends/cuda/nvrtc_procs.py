@@ -13,7 +13,9 @@ before its first program), and shut down at exit. `procs()` reads LUMINAL_NVRTC_
 in-process threads; unset: up to 16 workers where at least 8 CPUs are usable, else 0. A worker compiles
 exactly what the in-process path compiles (`nvrtc.nvrtc_compile`: same source and options, same
 cubin); an NVRTC error comes back as the BackendError the in-process path raises, and a worker that
-dies is reported as a BackendError naming the program, and replaced.
+dies is reported as a BackendError naming the program, and replaced. Workers that cannot be started,
+or keep dying (more deaths than workers), turn the pool off for the process (logged): programs then
+compile in its threads, never failing a compile for want of processes.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class _Worker:
 class _Pool:
     def __init__(self, n: int) -> None:
         self.n = n
+        self.deaths = 0
         self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self.all = [_Worker() for _ in range(n)]
         for w in self.all:
@@ -100,6 +103,10 @@ class _Pool:
             status, value = w.call((source, options, name))
         except (OSError, EOFError, pickle.UnpicklingError) as e:  # died on this program
             code = w.proc.poll()
+            self.deaths += 1
+            if self.deaths > self.n:  # workers keep dying (cannot start?): compile in process from now on
+                _BROKEN.append(f"{self.deaths} workers died, the last on {name} (exit {code})")
+                log.warning("nvrtc: %s; compiling in threads of this process from now on", _BROKEN[-1])
             self.idle.put(self._replace(w))
             raise BackendError(f"NVRTC worker process died compiling {name} (exit {code}): {e}") from None
         self.idle.put(w)
@@ -120,19 +127,34 @@ class _Pool:
 
 
 _POOL: list[_Pool] = []
+_BROKEN: list[str] = []  # why worker processes are off for the rest of this process (none: usable)
 _LOCK = threading.Lock()
 
 
-def compile_program(source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float]:
-    """(cubin, wall seconds, CPU seconds) of one program, compiled in a worker process."""
-    return _pool().compile(source, options, name)
+def enabled() -> bool:
+    """Whether programs go to worker processes: LUMINAL_NVRTC_PROCS > 0 and the workers could run."""
+    return procs() > 0 and not _BROKEN
 
 
-def _pool() -> _Pool:
+def compile_program(source: str, options: tuple[str, ...], name: str) -> tuple[bytes, float, float] | None:
+    """(cubin, wall seconds, CPU seconds) of one program, compiled in a worker process; None when the
+    workers cannot be started (logged once): the caller compiles in process."""
+    pool = _pool()
+    return None if pool is None else pool.compile(source, options, name)
+
+
+def _pool() -> _Pool | None:
     if not _POOL:
         with _LOCK:
+            if _BROKEN:
+                return None
             if not _POOL:
-                _POOL.append(_Pool(max(1, procs())))
+                try:
+                    _POOL.append(_Pool(max(1, procs())))
+                except OSError as e:  # no interpreter to start, no processes left
+                    _BROKEN.append(f"cannot start worker processes: {e}")
+                    log.warning("nvrtc: %s; compiling in threads of this process", _BROKEN[-1])
+                    return None
                 log.debug("nvrtc: started %d worker processes", _POOL[0].n)
     return _POOL[0]
 

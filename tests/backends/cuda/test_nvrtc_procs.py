@@ -173,3 +173,17 @@ def test_a_script_without_a_main_guard_runs_once(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("script ran") == 1
+
+
+def test_workers_that_cannot_start_fall_back_to_the_process(monkeypatch, procs):
+    monkeypatch.setenv("LUMINAL_CACHE", "off")
+    nvrtc_procs.shutdown()
+
+    def no_start(self):
+        raise OSError("no interpreter")
+
+    monkeypatch.setattr(nvrtc_procs._Worker, "__init__", no_start)
+    monkeypatch.setattr(nvrtc_procs, "_BROKEN", [])
+    assert b"fallback_a" in nvrtc.compile_cubin(_render([_kernel("fallback_a")]), "sm_90")
+    assert not nvrtc_procs.enabled() and "cannot start" in nvrtc_procs._BROKEN[0]
+    assert "threads" in nvrtc.summary({})
