@@ -1,12 +1,12 @@
 """NVRTC in worker processes: the programs nvrtc.py compiles run in a pool of processes, not threads.
 
-In-process threads serialise on the GIL between NVRTC calls and on NVRTC's own locks, so a batch of
-programs spread over 16 threads compiles little faster than one after another; processes share
-neither. A worker is a plain subprocess (`python -m luminal.backends.cuda.nvrtc_procs`) reading pickled
-requests on its stdin and writing pickled replies on its stdout: not multiprocessing, whose spawn and
-forkserver starts run the user's main module again in every worker (a script without an
-`if __name__ == "__main__"` guard would compile in each), and whose fork start is unsafe with the
-threads and CUDA context of a compiling process. Workers never touch a GPU (NVRTC needs none).
+In-process threads share the GIL between NVRTC calls and whatever locks NVRTC takes inside one
+process; processes share neither. A worker is a plain subprocess reading pickled requests on its stdin
+and writing pickled replies on its stdout, importing NVRTC and this module but not the luminal package
+(`_BOOT`): not multiprocessing, whose spawn and forkserver starts run the user's main module again in
+every worker (a script without an `if __name__ == "__main__"` guard would compile in each), and whose
+fork start is unsafe with the threads and CUDA context of a compiling process. Workers never touch a
+GPU (NVRTC needs none).
 
 The pool is started on the first compile, once per process (every worker at once: each loads NVRTC
 before its first program), and shut down at exit. `procs()` reads LUMINAL_NVRTC_PROCS: 0 keeps the
@@ -38,6 +38,16 @@ log = logging.getLogger(__name__)
 MAX_PROCS = 16  # NVRTC programs of one batch are few (nvrtc._groups); more workers only cost memory
 MIN_CPUS = 8  # below this many usable CPUs the default is the in-process threads
 _HEAD = struct.Struct("<Q")
+# A worker's entry (argv[1]: the directory holding the luminal package): the packages down to this one
+# as bare modules, so their __init__s (numpy, the frontend: ~0.3 s and ~60 MB per worker) do not run;
+# nvrtc.py and this module import only luminal.errors and luminal.flags beside them.
+_BOOT = """import sys, types
+for name in ("luminal", "luminal.backends", "luminal.backends.cuda"):
+    mod = sys.modules[name] = types.ModuleType(name)
+    mod.__path__ = [sys.argv[1] + "/" + name.replace(".", "/")]
+from luminal.backends.cuda.nvrtc_procs import serve
+serve()
+"""
 
 
 def cpus() -> int:
@@ -60,15 +70,8 @@ def procs() -> int:
 # -- the parent's side ------------------------------------------------------------------------------------
 class _Worker:
     def __init__(self) -> None:
-        env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[3])  # the directory holding the luminal package
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "luminal.backends.cuda.nvrtc_procs"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, root], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def call(self, request: tuple) -> tuple:
         if self.proc.stdin is None or self.proc.stdout is None:
