@@ -39,7 +39,7 @@ MAX_PROCS = 16  # NVRTC programs of one batch are few (nvrtc._groups); more work
 MIN_CPUS = 8  # below this many usable CPUs the default is the in-process threads
 _HEAD = struct.Struct("<Q")
 # A worker's entry (argv[1]: the directory holding the luminal package): the packages down to this one
-# as bare modules, so their __init__s (numpy, the frontend: ~0.3 s and ~60 MB per worker) do not run;
+# as bare modules, so their __init__s (numpy, the frontend: ~0.15 s CPU, ~20 MB per worker) do not run;
 # nvrtc.py and this module import only luminal.errors and luminal.flags beside them.
 _BOOT = """import sys, types
 for name in ("luminal", "luminal.backends", "luminal.backends.cuda"):
