@@ -25,6 +25,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 if "LUMINAL_CACHE" not in os.environ:
     os.environ["LUMINAL_CACHE"] = tempfile.mkdtemp(prefix="luminal-test-cache-")
     atexit.register(shutil.rmtree, os.environ["LUMINAL_CACHE"], True)
+# Under pytest-xdist the test processes are the parallelism: each starting its own NVRTC worker
+# processes (LUMINAL_NVRTC_PROCS, up to 16 on a big host) would only multiply processes and memory.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("LUMINAL_NVRTC_PROCS", "0")
 
 
 def _gpu_available() -> bool:
