@@ -230,6 +230,7 @@ class KernelGemv(KernelOp):
 
 
 PREFETCH_BYTES = 32 << 10  # L2 prefetch per block before x is staged: ~17 MB over a 528-block wave, a third of L2
+AHEAD_BYTES = 64 << 10  # `ahead`: L2 prefetch per block per tile (a prefix of each row of the next tile)
 FILL = 0.6  # split-k until the blocks fill this fraction of a wave (SMS x occupancy)
 # KernelGemvFused's schedule knobs (`looped`), each OFF until the H200 says it wins (bench/gemv_fused.py
 # --schedules looped,ahead,early,early-ahead,wide,pipe times each; docs/perf.md, session 6):
@@ -478,9 +479,12 @@ def pick_of(ptr: list[str], m: int) -> str:
 
 def _ahead(v: GemvVariant, R: int, m: int, rows: int, rpb: int, kv: int, pbytes: int, pick: str) -> str:
     """`ahead`: lane d < R of the group's first warp prefetches dot product d's row of the block's
-    next tile into L2 (whole rows), and in the first tile the rest of its own row (past the prefix
-    the entry prefetched), so DRAM holds requests that no lane's load-to-use chain waits on."""
-    rest = kv * VECTOR_BYTES - pbytes
+    next tile into L2, and in the first tile the rest of its own row (past the prefix the entry
+    prefetched), so DRAM holds requests that no lane's load-to-use chain waits on. At most
+    AHEAD_BYTES a block each time (a prefix of every row): ~34 MB over a 528-block wave, inside L2."""
+    cap = max(VECTOR_BYTES, AHEAD_BYTES // (rpb * m) // VECTOR_BYTES * VECTOR_BYTES)
+    row_bytes = kv * VECTOR_BYTES
+    nxt, rest = min(row_bytes, cap), min(row_bytes - pbytes, cap)
     own = f"""      if (tile == blockIdx.x && row0 + r < n) {{  // the first tile: past the prefix prefetched at entry
         const long long rr = row0 + r;
         KNAME_prefetch(reinterpret_cast<const char*>({pick}) + {pbytes}, {rest});
@@ -491,7 +495,7 @@ def _ahead(v: GemvVariant, R: int, m: int, rows: int, rpb: int, kv: int, pbytes:
       const long long next = row0 + (long long)gridDim.x * {rpb} + r;
       if (next < n) {{
         const long long rr = next;
-        KNAME_prefetch({pick}, {kv * VECTOR_BYTES});
+        KNAME_prefetch({pick}, {nxt});
       }}
 {own}    }}
 """
