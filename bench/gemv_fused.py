@@ -267,16 +267,16 @@ def main() -> None:
         "--schedules", type=str, default="looped", help=f"fused-op schedules to time: {','.join(SCHEDULES)}"
     )
     args = ap.parse_args()
+    only = args.blocks.split(",") if args.blocks else None
+    unknown = sorted(set(only or ()) - set(blocks(*PRESETS["1b"])) | set(args.schedules.split(",")) - set(SCHEDULES))
+    if unknown:
+        sys.exit(f"unknown block or schedule name(s): {unknown}")
     driver.device()
     ceiling = copy_ceiling(512 << 20)
     print(f"copy ceiling (torch d2d, 512 MB): {ceiling:.0f} GB/s")
     head = f"{'':>3} {'dtype':>5} {'block':18} {'plan':17} {'us':>9} {'GB/s':>8} {'% copy':>7}"
     print(head + f" {'kern':>5} {'rel err':>9}")
     rows = []
-    only = args.blocks.split(",") if args.blocks else None
-    unknown = sorted(set(only or ()) - set(blocks(*PRESETS["1b"])) | set(args.schedules.split(",")) - set(SCHEDULES))
-    if unknown:
-        sys.exit(f"unknown block or schedule name(s): {unknown}")
     for p in args.presets.split(","):
         rows += bench(p, DType(args.dtype), args.reps, ceiling, only, args.schedules.split(","))
     if args.json:
