@@ -306,6 +306,28 @@ def test_knob_schedules_compile_for_sm90_and_render_anew(knobs, tmp_path, monkey
         assert spill == 0 and regs <= 65536 // (256 * occupancy[name]), (name, regs, spill)
 
 
+def test_bench_schedules_time_distinct_kernels():
+    """bench/gemv_fused.py --schedules: under each schedule the plan's fused ops render another kernel
+    (through the rendered cache) and the knobs are restored after it."""
+    from bench.gemv_fused import SCHEDULES, schedule, variant_names
+    from luminal.backends.cuda import rendered
+    from luminal.backends.cuda.kernels import gemv
+
+    llir = _preferred(_graph("mlp_block", lm.bf16))
+    ops = [n.op for n in llir.nodes if isinstance(n.op, KernelGemvFused)]
+    names, codes = {}, {}
+    for name in SCHEDULES:
+        with schedule(name):
+            names[name] = tuple(variant_names(llir))
+            codes[name] = tuple(rendered.render(op, SLOTS) for op in ops)  # code and launches (waves2: the grid)
+    assert len(set(names.values())) == len(SCHEDULES), names
+    del codes["waves2"]  # at these 8-12 tiles a grid of two waves is the grid of one: the same kernel
+    assert len(set(codes.values())) == len(codes)
+    assert not any(getattr(gemv, k) for k in ("AHEAD", "EARLY", "PIPE", "WIDE"))
+    assert tuple(rendered.render(op, SLOTS) for op in ops) == codes["looped"]
+    assert tuple(rendered.render(op, SLOTS) for op in ops) != codes["early-ahead"]
+
+
 def test_what_each_fused_op_holds():
     (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
     assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
