@@ -115,7 +115,7 @@ class GemvVariant:
     occupancy: int = 0  # blocks per SM promised to ptxas (__launch_bounds__); 0 = ptxas's choice
     waves: int = 0  # grid capped at waves x SMS x occupancy blocks looping over tiles; 0 = a block per tile
     prefetch: int = 0  # batches of each row of the block's first tile prefetched into L2 before x is staged
-    ahead: bool = False  # each tile prefetches the block's next tile (whole rows) into L2; the first, its rest
+    ahead: bool = False  # each tile prefetches the next tile into L2 (AHEAD_BYTES a block); the first, its rest
     early: bool = False  # the first tile's first batch loaded into registers before x is staged (the prologue)
     depth: int = 1  # batches of W in flight per lane: 2 = the next batch loaded before this one is consumed
 
