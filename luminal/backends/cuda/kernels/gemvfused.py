@@ -222,8 +222,9 @@ class KernelGemvFused(KernelOp):
         return looped(self.out_size(), self.k.value // per, m, (4 if self.dtype == DType.f32 else 8) // m)
 
     def render_salt(self) -> str:
-        """The schedule `render` picks (gemv.looped reads module knobs): part of the rendered cache's key."""
-        return self.variant().name
+        """The schedule `render` picks (gemv.looped reads module knobs): part of the rendered cache's key
+        (a symbolic k has none: `render` refuses it)."""
+        return self.variant().name if self.k.is_num and self.dtype in _DOT else ""
 
     def render(self, slots, variant: GemvVariant | None = None) -> Kernel:
         dt, m, b = self.dtype, self.m, self.base
