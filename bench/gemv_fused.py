@@ -1,7 +1,7 @@
 """Fused decode GEMVs (GPU machine): KernelGemvFused plans against the unfused plans of the same blocks.
 
   python bench/gemv_fused.py [--json out.json] [--reps 30] [--dtype bf16] [--presets 1b,8b] [--blocks a,b]
-                             [--schedules looped,old,no-prefetch,u-half,waves2]
+                             [--schedules looped,ahead,early,early-ahead,pipe,wide,old,...]
 
 Decode blocks (s = 1) at llama-3.2-1b and llama-3.1-8b shapes: RMSNorm -> q projection; RMSNorm ->
 q/k/v (stacked GEMV + slices); RMSNorm -> gate/up/silu(gate)*up (gated); down projection +
@@ -15,8 +15,8 @@ inputs) / L. GB/s = bytes every input is read once + outputs written, over the t
 device-to-device copy measured in the same run (bench/kernels.py).
 Before timing, each plan of a one-copy graph runs on random inputs against the reference backend
 (exit 1 when off). Prints one table; --json writes the rows. --schedules times the fused plan
-again with other schedules of KernelGemvFused (SCHEDULES: `old` = before the looped schedule),
-each checked too.
+again with other schedules of KernelGemvFused (SCHEDULES: `old` = before the looped schedule; ahead,
+early, pipe, wide = gemv.py's knobs), each checked too; each row names the variants it timed.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ def blocks(dim: int, hidden: int, kv: int):
         h, a = act("h", dim), act("a", hidden)
         (h + _lin(g, a, f"Wd{i}", dim, dt)).output(f"y{i}")
 
+    def o_proj(g, dt, i, act):  # attention's output projection + the residual (dim x dim)
+        h, o = act("h", dim), act("o", dim)
+        (h + _lin(g, o, f"Wo{i}", dim, dt)).output(f"y{i}")
+
     def mlp(g, dt, i, act):
         h = act("h", dim)
         x = _norm(g, h, dt, i)
@@ -90,7 +94,8 @@ def blocks(dim: int, hidden: int, kv: int):
     def lm_head(g, dt, i, act):
         _lin(g, _norm(g, act("x", dim), dt, i), f"Wl{i}", VOCAB, dt).output(f"l{i}")
 
-    return {"norm+q": q, "norm+qkv": qkv, "norm+gate/up/act": gated, "down+residual": down, "mlp": mlp,
+    return {"norm+q": q, "norm+qkv": qkv, "o_proj+residual": o_proj, "norm+gate/up/act": gated,
+            "down+residual": down, "mlp": mlp,
             "norm+lm_head": lm_head}  # fmt: skip
 
 
@@ -155,28 +160,51 @@ def check(llir, feed: dict, want: dict) -> float:
 
 
 # other schedules of the fused op, timed on the same plan (--schedules): the one before the looped
-# schedule (a block per 2 rows, 4 warps a row, the plain GEMV's default) and the looped one less one knob
+# schedule (a block per 2 rows, 4 warps a row, the plain GEMV's default), the looped one less one knob,
+# and the looped one with gemv.py's module knobs on (a dict: knob -> value; session 6)
 SCHEDULES = {
     "looped": None,
     "old": lambda op, v: DEFAULT[op.dtype],
     "no-prefetch": lambda op, v: replace(v, prefetch=0),
     "u-half": lambda op, v: replace(v, unroll=max(1, v.unroll // 2)),
     "waves2": lambda op, v: replace(v, waves=2),
+    "ahead": {"AHEAD": True},
+    "early": {"EARLY": True},
+    "early-ahead": {"EARLY": True, "AHEAD": True},
+    "pipe": {"PIPE": True},
+    "wide": {"WIDE": True},
+    "early-wide": {"EARLY": True, "WIDE": True},
 }
 
 
 @contextmanager
 def schedule(name: str):
-    """KernelGemvFused renders with SCHEDULES[name] (the looped variant it would pick -> another)."""
+    """KernelGemvFused renders with SCHEDULES[name] (the looped variant it would pick -> another, or
+    the knobs set). The rendered-kernel cache keys on the variant's name (KernelGemvFused.render_salt),
+    so each schedule renders and compiles its own kernel: `variant_names` checks it."""
+    from luminal.backends.cuda.kernels import gemv
     from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
 
     pick, own = SCHEDULES[name], KernelGemvFused.variant
-    if pick is not None:
+    knobs = pick if isinstance(pick, dict) else {}
+    saved = {k: getattr(gemv, k) for k in knobs}
+    if callable(pick):
         KernelGemvFused.variant = lambda op: pick(op, own(op))
+    for k, val in knobs.items():
+        setattr(gemv, k, val)
     try:
         yield
     finally:
         KernelGemvFused.variant = own
+        for k, val in saved.items():
+            setattr(gemv, k, val)
+
+
+def variant_names(llir) -> list[str]:
+    """The schedule each fused GEMV of a plan renders with now (distinct names: distinct kernels)."""
+    from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
+
+    return sorted({n.op.variant().name for n in llir.nodes if isinstance(n.op, KernelGemvFused)})
 
 
 def bench(preset: str, dt, reps: int, ceiling: float, only=None, schedules=("looped",)) -> list[dict]:
@@ -199,8 +227,14 @@ def bench(preset: str, dt, reps: int, ceiling: float, only=None, schedules=("loo
         feed, want = reference(one, dt)
         for kind, backend in zip(("unfused", "fused"), backends(), strict=True):
             small, llir = plan(one, backend), plan(g, backend)
+            seen: dict[tuple, str] = {}
             for sched in ("looped",) if kind == "unfused" else schedules:
                 with schedule(sched):
+                    names = tuple(variant_names(llir))
+                    if kind == "fused" and names in seen:  # the same kernels as a schedule timed already
+                        print(f"    {sched}: the same variants as {seen[names]} ({', '.join(names)}): skipped")
+                        continue
+                    seen[names] = sched
                     err = check(small, feed, want)
                     ex = CudaExecutor(llir.nodes)
                 t = ex.profile(env, input_extents(llir.nodes, env), reps=reps, warmup=5) / copies
@@ -209,6 +243,7 @@ def bench(preset: str, dt, reps: int, ceiling: float, only=None, schedules=("loo
                 gbs = moved / t / 1e9
                 ok = bool(err <= (2e-2 if dt.itemsize == 2 else 1e-4))
                 rows.append({"preset": preset, "dtype": dt.value, "block": name, "plan": label, "us": t * 1e6,
+                             "variants": list(names),
                              "gbs": gbs, "pct": 100 * gbs / ceiling, "launches": launches(llir) / copies,
                              "copies": copies, "rel_err": err, "ok": ok})  # fmt: skip
                 r = rows[-1]
@@ -232,6 +267,10 @@ def main() -> None:
         "--schedules", type=str, default="looped", help=f"fused-op schedules to time: {','.join(SCHEDULES)}"
     )
     args = ap.parse_args()
+    only = args.blocks.split(",") if args.blocks else None
+    unknown = sorted(set(only or ()) - set(blocks(*PRESETS["1b"])) | set(args.schedules.split(",")) - set(SCHEDULES))
+    if unknown:
+        sys.exit(f"unknown block or schedule name(s): {unknown}")
     driver.device()
     ceiling = copy_ceiling(512 << 20)
     print(f"copy ceiling (torch d2d, 512 MB): {ceiling:.0f} GB/s")
@@ -239,7 +278,6 @@ def main() -> None:
     print(head + f" {'kern':>5} {'rel err':>9}")
     rows = []
     for p in args.presets.split(","):
-        only = args.blocks.split(",") if args.blocks else None
         rows += bench(p, DType(args.dtype), args.reps, ceiling, only, args.schedules.split(","))
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_gbs": ceiling, "rows": rows}, indent=1))

@@ -47,7 +47,7 @@ def plan_slots(nodes: Sequence, dims: Iterable[str] = ()) -> dict[str, int]:
 
 def render(op: KernelOp, slots: Mapping[str, int]) -> Kernel:
     """`op.render(slots)`, memoized (module docstring)."""
-    key = (op, tuple(slots.items()))
+    key = (op, tuple(slots.items()), _salt(op))
     try:
         hit = _MEMORY.get(key)
     except TypeError:  # an op with an unhashable field: not memoized in process
@@ -71,6 +71,13 @@ def render(op: KernelOp, slots: Mapping[str, int]) -> Kernel:
     return k
 
 
+def _salt(op: KernelOp) -> str:
+    """What decides an op's code besides its fields: a schedule its class picks from module knobs
+    (`render_salt`, e.g. KernelGemvFused's variant name), so flipping a knob renders anew."""
+    f = getattr(op, "render_salt", None)
+    return f() if f is not None else ""
+
+
 def clear_memory() -> None:
     _MEMORY.clear()
 
@@ -80,7 +87,8 @@ def _path(op: KernelOp, slots: Mapping[str, int]) -> Path | None:
     if root is None:
         return None
     h = hashlib.sha256()
-    for part in (type(op).__module__, type(op).__qualname__, _op_text(op), json.dumps(list(slots.items())), _digest()):
+    for part in (type(op).__module__, type(op).__qualname__, _op_text(op), json.dumps(list(slots.items())), _digest(),
+                 _salt(op)):  # fmt: skip
         h.update(part.encode())
         h.update(b"\0")
     return root / "rendered" / f"{h.hexdigest()[:40]}.json"

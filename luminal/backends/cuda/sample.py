@@ -1,4 +1,5 @@
-"""Token sampling on the device: one kernel (one block per row of logits), only the ids come back.
+"""Token sampling on the device: one kernel (one block per row of logits), only the ids come back;
+greedy rows by a multi-block argmax (`argmax_kernel`: SPLIT blocks a row, the last to finish reduces).
 
 The algorithm and its integer spelling are luminal/sampling.py's (the numpy oracle): greedy
 argmax; else y = x / T in f32, top-k by an exact radix select over order-preserving u32 keys,
@@ -21,6 +22,8 @@ from luminal.errors import InputError
 from luminal.sampling import GOLDEN, M64, Sampler
 
 BLOCK = 1024
+SPLIT = 32  # argmax blocks per row (<= 32: the last block reduces their partials in one warp)
+ARGMAX_BLOCK = 512  # threads per argmax block: 16K threads a row, 8 logits each at a 128K vocab
 
 _CODE = r"""
 __device__ __forceinline__ unsigned long long KNAME_mix(unsigned long long x) {
@@ -185,6 +188,80 @@ extern "C" __global__ void __launch_bounds__(BLOCK) KNAME(
 """
 
 
+# Greedy: numpy's argmax of the f32 logits (luminal/sampling.py): the first NaN if there is one, else
+# the largest value, ties (and -0.0 == 0.0) to the lowest index. One u64 per candidate orders all of
+# it: (key << 32) | (2^32 - 1 - index), key the order-preserving u32 of the value with -0 read as +0
+# and every NaN above +inf; max over u64 = the answer, 0 = no candidate (no value has key 0).
+# Block b of row r reduces its slice into part[r * SPLIT + b]; the block whose ticket is the row's
+# last reduces the SPLIT partials, writes the id and resets the ticket (the next launch, or a replay
+# of a graph holding this one, starts from 0). threadfence reduction (CUDA samples).
+_ARGMAX = r"""
+__device__ __forceinline__ unsigned long long KNAME_pack(const float v, const long long i) {
+  unsigned int u = __float_as_uint(v);
+  const unsigned int a = u & 0x7fffffffu;
+  if (a == 0u) u = 0u;  // -0.0 == +0.0
+  const unsigned int k = a > 0x7f800000u ? 0xffffffffu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ((unsigned long long)k << 32) | (0xffffffffull - (unsigned long long)i);
+}
+__device__ __forceinline__ unsigned long long KNAME_max(unsigned long long v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long w = __shfl_down_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+extern "C" __global__ void __launch_bounds__(ABLOCK) KNAME(
+    long long* __restrict__ out, const TYPE* __restrict__ x0, const long long* __restrict__ err,
+    unsigned long long* __restrict__ part, unsigned int* __restrict__ ticket, long long rows, long long V) {
+  __shared__ unsigned long long s_best[ABLOCK / 32];
+  __shared__ int s_last;
+  const int tid = threadIdx.x;
+  const long long row = blockIdx.x / SPLIT;
+  const int b = blockIdx.x % SPLIT;
+  if (blockIdx.x == 0 && tid == 0) { out[0] = err ? err[0] : 0; out[1] = err ? err[1] : 0; }
+  if (row >= rows) return;  // uniform per block
+  const TYPE* __restrict__ x = x0 + row * V;
+  const long long per = (V + SPLIT - 1) / SPLIT, lo = b * per, hi = lo + per < V ? lo + per : V;
+  unsigned long long best = 0ull;
+#pragma unroll 4
+  for (long long i = lo + tid; i < hi; i += ABLOCK) {
+    const unsigned long long c = KNAME_pack(LOAD, i);
+    best = c > best ? c : best;
+  }
+  best = KNAME_max(best);
+  if ((tid & 31) == 0) s_best[tid >> 5] = best;
+  __syncthreads();
+  if (tid < 32) {
+    best = KNAME_max(tid < ABLOCK / 32 ? s_best[tid] : 0ull);
+    if (tid == 0) {
+      part[row * SPLIT + b] = best;
+      __threadfence();  // the partial is visible before the ticket says so
+      s_last = atomicAdd(&ticket[row], 1u) == SPLIT - 1;
+    }
+  }
+  __syncthreads();
+  if (!s_last || tid >= 32) return;
+  __threadfence();
+  best = KNAME_max(tid < SPLIT ? ((volatile unsigned long long*)part)[row * SPLIT + tid] : 0ull);
+  if (tid == 0) {
+    out[2 + row] = (long long)(0xffffffffull - (best & 0xffffffffull));
+    ticket[row] = 0u;  // for the next launch
+  }
+}
+"""
+
+
+def argmax_kernel(dtype: DType) -> Kernel:
+    """Greedy ids (grid = rows x SPLIT blocks of ARGMAX_BLOCK; scratch: SPLIT u64 partials and one
+    zeroed u32 ticket per row)."""
+    if not dtype.is_float:
+        raise InputError(f"sampling needs float logits, got {dtype}")
+    code = (_ARGMAX.replace("TYPE", dtype.cuda).replace("LOAD", load(dtype, "x[i]"))
+            .replace("ABLOCK", str(ARGMAX_BLOCK)).replace("SPLIT", str(SPLIT)))  # fmt: skip
+    name, code = name_code(f"argmax_{dtype.value}", code)
+    return Kernel(code, (Launch(name, SPLIT, ARGMAX_BLOCK),), headers(dtype))
+
+
 def kernel(dtype: DType) -> Kernel:
     """The sampling kernel for logits of `dtype` (one launch: grid = rows, BLOCK threads)."""
     if not dtype.is_float:
@@ -200,30 +277,47 @@ def _bits(v: float) -> int:
 
 
 class DeviceSampler:
-    """Runs the sampling kernel of an executor's plan; `load` compiles kernels (runtime.load_kernels)."""
+    """Runs the sampling kernels of an executor's plan; `load` compiles kernels (runtime.load_kernels).
+    Greedy rows take the multi-block argmax, the others the one-block sampling kernel."""
 
     def __init__(self, load_kernels, driver):
         self._load, self._drv = load_kernels, driver
-        self._funcs: dict[DType, object] = {}
+        self._funcs: dict[tuple[bool, DType], object] = {}
         self._buf = None
-        self._params = None
+        self._scratch = None  # argmax: per row SPLIT u64 partials, then the u32 tickets (zero between launches)
+        self._params: dict[bool, object] = {}
+
+    def _func(self, greedy: bool, dtype: DType):
+        if (greedy, dtype) not in self._funcs:
+            k = argmax_kernel(dtype) if greedy else kernel(dtype)
+            self._funcs[greedy, dtype] = self._load([k])[k.code].function(k.launches[0].name)
+        return self._funcs[greedy, dtype]
 
     def __call__(self, logits_ptr: int, dtype: DType, rows: int, cols: int, sampler: Sampler, position: int,
                  err_ptr: int, ex) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        if dtype not in self._funcs:
-            k = kernel(dtype)
-            self._funcs[dtype] = self._load([k])[k.code].function(k.launches[0].name)
+        func, greedy = self._func(sampler.greedy, dtype), sampler.greedy
         need = 8 * (2 + rows)
         if self._buf is None or self._buf.nbytes < need:
             self._buf = None
             self._buf = self._drv.DeviceBuffer(max(need, 8 * 66))
-        values = [self._buf.ptr, logits_ptr, err_ptr, rows, cols, _bits(sampler.temperature), sampler.top_k,
-                  _bits(sampler.top_p), sampler.seed & M64, position]  # fmt: skip
-        if self._params is None:
-            self._params = self._drv.Params(values)
+        if greedy:
+            n = max(rows, 64)  # rows the scratch holds
+            if self._scratch is None or self._scratch.nbytes < n * (8 * SPLIT + 4):
+                self._scratch = None
+                self._scratch = self._drv.DeviceBuffer(n * (8 * SPLIT + 4))
+                self._drv.htod(self._scratch.ptr, np.zeros(self._scratch.nbytes, np.uint8), ex.dev.stream)
+            tickets = self._scratch.ptr + 8 * SPLIT * (self._scratch.nbytes // (8 * SPLIT + 4))
+            values = [self._buf.ptr, logits_ptr, err_ptr, self._scratch.ptr, tickets, rows, cols]
+            grid, block = max(rows, 1) * SPLIT, ARGMAX_BLOCK
+        else:
+            values = [self._buf.ptr, logits_ptr, err_ptr, rows, cols, _bits(sampler.temperature), sampler.top_k,
+                      _bits(sampler.top_p), sampler.seed & M64, position]  # fmt: skip
+            grid, block = max(rows, 1), BLOCK
+        if greedy not in self._params:
+            self._params[greedy] = self._drv.Params(values)
         else:  # the argument block is reused: only its values change (the token's position, ...)
-            self._params.values[:] = values
-        self._drv.launch(self._funcs[dtype], max(rows, 1), BLOCK, 0, self._params, ex.dev.stream)
+            self._params[greedy].values[:] = values
+        self._drv.launch(func, grid, block, 0, self._params[greedy], ex.dev.stream)
         host = np.empty(2 + rows, np.int64)
         ex._d2h(host, self._buf.ptr)
         ex.dev.synchronize()

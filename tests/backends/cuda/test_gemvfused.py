@@ -266,6 +266,68 @@ def test_gemma_shapes_compile_for_sm90():
         assert spill == 0 and regs <= 64, (name, regs, spill)
 
 
+_KNOB_SETS = [(), ("AHEAD",), ("EARLY",), ("EARLY", "AHEAD"), ("PIPE",), ("WIDE",), ("EARLY", "WIDE")]
+
+
+@pytest.mark.parametrize("knobs", _KNOB_SETS, ids=lambda k: "-".join(k).lower() or "looped")
+def test_knob_schedules_compile_for_sm90_and_render_anew(knobs, tmp_path, monkeypatch):
+    """gemv.py's knobs at llama-3.2-1b shapes (norm + q/k/v, norm + gate/up/act, down + residual,
+    bf16): each renders its own kernel through the rendered cache, on disk and in memory (the key
+    holds the schedule: bench/gemv_fused.py once timed one kernel for every schedule), waits for
+    the kernel before it before reading anything but an L2 prefetch, and keeps its occupancy
+    promise without spilling (ptxas)."""
+    from luminal.backends.cuda import rendered
+    from luminal.backends.cuda.kernels import gemv
+    from tests.backends.cuda.test_gemv import ptxas_usage
+    from tests.backends.cuda.test_pdl import check_syncs
+
+    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+    dim, hidden, kv, dt = 2048, 8192, 512, lm.bf16
+    g = lm.Graph()
+    h = g.tensor("h", ("s", dim), dt)
+    x = _norm_of(g, h, dt, "w")
+    a = _lin(g, x, "Wg", dim, hidden, dt).silu() * _lin(g, x, "Wu", dim, hidden, dt)
+    (h + _lin(g, a, "Wd", hidden, dim, dt)).output("y")
+    x2 = _norm_of(g, g.tensor("h2", ("s", dim), dt), dt, "w2")
+    for name, n in (("q", dim), ("k", kv), ("v", kv)):
+        _lin(g, x2, f"W{name}", dim, n, dt).output(name)
+    ops = [op for op in _launches(_preferred(g)) if isinstance(op, KernelGemvFused)]
+    assert len(ops) == 3, ops
+    looped = [rendered.render(op, SLOTS) for op in ops]  # the knobs off: cached now
+    for knob in knobs:
+        monkeypatch.setattr(gemv, knob, True)
+    kernels = [rendered.render(op, SLOTS) for op in ops]
+    assert kernels == [op.render(SLOTS) for op in ops]
+    assert all((k.code == lk.code) == (not knobs) for k, lk in zip(kernels, looped, strict=True))
+    for kern in kernels:
+        check_syncs(kern, gemv=True)
+    occupancy = {op.render(SLOTS).launches[0].name: op.variant().occupancy for op in ops}
+    for name, (regs, spill) in ptxas_usage(kernels).items():
+        assert spill == 0 and regs <= 65536 // (256 * occupancy[name]), (name, regs, spill)
+
+
+def test_bench_schedules_time_distinct_kernels():
+    """bench/gemv_fused.py --schedules: under each schedule the plan's fused ops render another kernel
+    (through the rendered cache) and the knobs are restored after it."""
+    from bench.gemv_fused import SCHEDULES, schedule, variant_names
+    from luminal.backends.cuda import rendered
+    from luminal.backends.cuda.kernels import gemv
+
+    llir = _preferred(_graph("mlp_block", lm.bf16))
+    ops = [n.op for n in llir.nodes if isinstance(n.op, KernelGemvFused)]
+    names, codes = {}, {}
+    for name in SCHEDULES:
+        with schedule(name):
+            names[name] = tuple(variant_names(llir))
+            codes[name] = tuple(rendered.render(op, SLOTS) for op in ops)  # code and launches (waves2: the grid)
+    assert len(set(names.values())) == len(SCHEDULES), names
+    del codes["waves2"]  # at these 8-12 tiles a grid of two waves is the grid of one: the same kernel
+    assert len(set(codes.values())) == len(codes)
+    assert not any(getattr(gemv, k) for k in ("AHEAD", "EARLY", "PIPE", "WIDE"))
+    assert tuple(rendered.render(op, SLOTS) for op in ops) == codes["looped"]
+    assert tuple(rendered.render(op, SLOTS) for op in ops) != codes["early-ahead"]
+
+
 def test_what_each_fused_op_holds():
     (pro,) = [op for op in _launches(_preferred(_graph("prologue", lm.bf16))) if isinstance(op, KernelGemvFused)]
     assert len(pro.x) == 1 and not isinstance(pro.x[0].op, KernelGemvFused), pro  # x computed in the kernel
@@ -452,14 +514,18 @@ class _OnCpu:
         return out[:-1]
 
 
+_KNOBS = {"early-ahead": ("EARLY", "AHEAD"), "wide": ("WIDE",), "pipe": ("PIPE",)}  # gemv.py's session-6 knobs
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
-@pytest.mark.parametrize("schedule", ["own", "split4"])
+@pytest.mark.parametrize("schedule", ["own", "split4", *_KNOBS])
 def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, schedule, dt=lm.bf16):
     """bf16 (the dtype the zoo decodes in; f32 differs only in the dot product, which test_gemv runs):
     the prologue, both epilogues, the gated pair, the stacked q/k/v, row counts that leave partial
     tiles and a long one. The grid is capped at 4 blocks (gemv.SMS = 1), so every block runs its
     prologue once and walks several tiles; `split4` renders each op with 4 warps per row (partials
-    meet in shared memory, double-buffered across tiles) and one vector per lane per batch."""
+    meet in shared memory, double-buffered across tiles) and one vector per lane per batch; the
+    knob schedules (_KNOBS) render the looped schedule with gemv.py's knobs on."""
     import ctypes
     import subprocess
     from types import SimpleNamespace
@@ -470,12 +536,16 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, sche
     from tests.backends.cuda.test_gemv import _SHIM
 
     monkeypatch.setattr(gemv, "SMS", 1)
+    for knob in _KNOBS.get(schedule, ()):
+        monkeypatch.setattr(gemv, knob, True)
     names = ("prologue", "mlp_block", "odd_qkv", "odd_gated")  # each tile costs a few barriers of 256 threads
     names += ("up_gated", "qkv", "lm_head", "gated_f32_silu", "logits_f32", "gemma_mlp") if schedule == "own" else ()
     plans = {name: _preferred(_graph(name, dt)) for name in names}
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
-    pick = (lambda op: op.variant()) if schedule == "own" else (lambda op: replace(op.variant(), split=4, unroll=1))
+    pick = (lambda op: replace(op.variant(), split=4, unroll=1)) if schedule == "split4" else (lambda op: op.variant())
     kernels = {op: op.render(SLOTS, pick(op)) for op in ops}
+    want = {"early-ahead": ("-a-e-d2",), "wide": ("-o2-", "-d2"), "pipe": ("-d2",)}.get(schedule, ())
+    assert all(t in pick(op).name for op in ops for t in want), [pick(op).name for op in ops]
     assert any(k.launches[0].grid.evaluate({"s": 1}) * pick(op).rows_per_block < op.out_size().evaluate({"s": 1})
                for op, k in kernels.items()), "no block walks more than one tile"  # fmt: skip
     runs = ""
@@ -514,6 +584,24 @@ def test_fused_gemv_blocks_on_the_gpu(name, dt):
         feed = _feed(g, {"s": 1}, seed)
         _check(g, llir, feed, dt, f"{name} preferred", backend.load(llir).run, 2.0)
         _check(g, m.plans[0], feed, dt, f"{name} searched", lambda f, env: m.run(f), 2.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("knobs", [("AHEAD",), ("EARLY", "AHEAD"), ("PIPE",), ("WIDE",), ("EARLY", "WIDE")],
+                         ids=lambda k: "-".join(k).lower())  # fmt: skip
+@pytest.mark.parametrize("name", ["mlp_block", "qkv", "odd_gated", "lm_head"])
+def test_knob_schedules_on_the_gpu(name, knobs, monkeypatch):
+    """gemv.py's session-6 knobs (bench/gemv_fused.py --schedules): the preferred plan against the
+    reference, rendered anew (the rendered cache keys on the schedule)."""
+    from luminal.backends.cuda.kernels import gemv
+
+    for knob in knobs:
+        monkeypatch.setattr(gemv, knob, True)
+    g, dt = _graph(name, lm.bf16), lm.bf16
+    backend = CudaBackend()
+    llir = _preferred(g, backend)
+    for seed in range(2):
+        _check(g, llir, _feed(g, {"s": 1}, seed), dt, f"{name} {knobs}", backend.load(llir).run, 2.0)
 
 
 @pytest.mark.cuda

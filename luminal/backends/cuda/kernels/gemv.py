@@ -115,6 +115,9 @@ class GemvVariant:
     occupancy: int = 0  # blocks per SM promised to ptxas (__launch_bounds__); 0 = ptxas's choice
     waves: int = 0  # grid capped at waves x SMS x occupancy blocks looping over tiles; 0 = a block per tile
     prefetch: int = 0  # batches of each row of the block's first tile prefetched into L2 before x is staged
+    ahead: bool = False  # each tile prefetches the next tile into L2 (AHEAD_BYTES a block); the first, its rest
+    early: bool = False  # the first tile's first batch loaded into registers before x is staged (the prologue)
+    depth: int = 1  # batches of W in flight per lane: 2 = the next batch loaded before this one is consumed
 
     def __post_init__(self):
         if min(self.warps, self.rows, self.split, self.unroll) < 1 or self.warps * 32 > 1024:
@@ -123,7 +126,9 @@ class GemvVariant:
             raise BackendError(f"GemvVariant {self}: a capped grid (waves) needs an occupancy promise")
         if self.warps % self.split:
             raise BackendError(f"GemvVariant {self}: split = {self.split} must divide warps = {self.warps}")
-        if 4 * self.unroll * (self.rows + 1) > MAX_BATCH_REGS:
+        if self.depth not in (1, 2) or (self.ahead and not self.waves):
+            raise BackendError(f"GemvVariant {self}: depth is 1 or 2; `ahead` walks tiles (needs waves)")
+        if 4 * self.unroll * (self.rows * self.depth + 1) > MAX_BATCH_REGS:
             raise BackendError(f"GemvVariant {self}: a batch of {self.unroll} x {self.rows + 1} vectors spills")
 
     @property
@@ -140,6 +145,9 @@ class GemvVariant:
         tags += f"-o{self.occupancy}" if self.occupancy else ""
         tags += f"-g{self.waves}" if self.waves else ""
         tags += f"-p{self.prefetch}" if self.prefetch else ""
+        tags += (
+            ("-a" if self.ahead else "") + ("-e" if self.early else "") + (f"-d{self.depth}" if self.depth > 1 else "")
+        )
         return f"w{self.warps}r{self.rows}s{self.split}u{self.unroll}{tags}"
 
 
@@ -164,6 +172,14 @@ VARIANTS: dict[str, GemvVariant] = {
         GemvVariant(split=2, stream=True, x_smem=True, occupancy=4, waves=1),
         GemvVariant(split=4, stream=True, x_smem=True, occupancy=4, waves=1),
         GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2),
+        # session 6's knobs (looped's AHEAD / EARLY / PIPE / WIDE): L2 a tile ahead, the first batch before x
+        # is staged, the next batch in flight while one is consumed (depth 2); early at depth 1 with split-k
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2, ahead=True),
+        GemvVariant(unroll=4, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2, depth=2),
+        GemvVariant(unroll=4, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2, early=True, depth=2),
+        GemvVariant(unroll=8, stream=True, x_smem=True, occupancy=2, waves=1, prefetch=2, depth=2),
+        GemvVariant(split=4, unroll=1, stream=True, x_smem=True, occupancy=4, waves=1, prefetch=2, early=True),
+        GemvVariant(split=2, unroll=2, stream=True, x_smem=True, occupancy=4, waves=1, ahead=True, early=True, depth=2),
     )
 }
 BASELINE = VARIANTS["w8r1s1u4"]
@@ -214,20 +230,32 @@ class KernelGemv(KernelOp):
 
 
 PREFETCH_BYTES = 32 << 10  # L2 prefetch per block before x is staged: ~17 MB over a 528-block wave, a third of L2
+AHEAD_BYTES = 64 << 10  # `ahead`: L2 prefetch per block per tile (a prefix of each row of the next tile)
 FILL = 0.6  # split-k until the blocks fill this fraction of a wave (SMS x occupancy)
+# KernelGemvFused's schedule knobs (`looped`), each OFF until the H200 says it wins (bench/gemv_fused.py
+# --schedules looped,ahead,early,early-ahead,wide,pipe times each; docs/perf.md, session 6):
+AHEAD = False  # GemvVariant.ahead: every tile prefetches the block's next tile into L2
+EARLY = False  # GemvVariant.early: the first batch of W in flight while the prologue computes x (with PIPE's stream)
+PIPE = False  # depth 2 at half the unroll (64 registers, 4 blocks per SM): never a lane without a batch in flight
+WIDE = False  # depth 2 at the whole unroll, 2 blocks per SM (128 registers): twice the bytes in flight per lane
 
 
 def looped(n: Expression, kv: int, m: int, unroll: int = 4, occupancy: int = 4) -> GemvVariant:
     """The looping schedule for n rows of kv vectors, m weights per output row (gemvfused.py):
     8 warps, a warp per row unless that leaves the wave under FILL (then 2, 4 or 8 warps per row,
     while every lane keeps a whole batch), a grid of one wave walking the tiles, the first tile's
-    first batches prefetched into L2 while the block stages x."""
+    first batches prefetched into L2 while the block stages x. The module knobs above change it."""
+    depth = 2 if PIPE or WIDE or EARLY else 1  # (early at depth 1 spills 24-36 bytes at 64 registers: ptxas)
+    if WIDE:
+        occupancy = max(1, occupancy // 2)
+    elif PIPE or EARLY:  # (a whole batch held across the prologue spills at 64 and at 80 registers)
+        unroll = max(1, unroll // 2)
     split, cap = 1, SMS * occupancy
     while split < 8 and kv >= 32 * unroll * 2 * split and (not n.is_num or n.value * split < 8 * FILL * cap):
         split *= 2
     per_batch = (8 // split) * m * unroll * 32 * split * VECTOR_BYTES  # the tile's first batch, every row
     prefetch = max(1, PREFETCH_BYTES // per_batch)
-    return GemvVariant(8, 1, split, unroll, True, True, occupancy, 1, prefetch)
+    return GemvVariant(8, 1, split, unroll, True, True, occupancy, 1, prefetch, AHEAD, EARLY, depth)
 
 
 def gemv_grid(v: GemvVariant, n: Expression) -> Expression:
@@ -289,7 +317,7 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     dt, kv = src.dtype, src.kv
     m = len(src.weights) if src.zip else 1
     rows, unroll, R, rpb = v.rows, v.unroll, v.rows * m, v.rows_per_block
-    if 4 * unroll * (R + 1) > MAX_BATCH_REGS:
+    if 4 * unroll * (R * v.depth + 1) > MAX_BATCH_REGS:
         raise BackendError(f"GEMV {v.name}: a batch of {unroll} x {R + 1} vectors spills (fewer weights or rows)")
     step, batch = 32 * v.split, v.unroll * 32 * v.split  # lane stride, vectors per batch of a row
     full, tail = kv // batch, kv % batch  # whole batches (every lane in range), then a guarded one
@@ -322,7 +350,7 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     prefetch = ""
     pbytes = min(kv, v.prefetch * batch) * VECTOR_BYTES  # a prefix of each row: the first batches
     if v.prefetch and v.waves:  # lane d < R of the group's first warp: the first tile's dot product d
-        pick = ptr[0] if m == 1 else " : ".join(f"q == {q} ? {p}" for q, p in enumerate(ptr[:-1])) + f" : {ptr[-1]}"
+        pick = pick_of(ptr, m)
         prefetch = f"""  if (warp % {v.split} == 0 && lane < {R}) {{  // the first tile into L2 while x is staged
     const int r = lane / {m}, q = lane % {m};
     const long long row = (long long)blockIdx.x * {rpb} + (warp / {v.split}) * {rows} + r;
@@ -360,29 +388,16 @@ def gemv_code(v: GemvVariant, src: GemvSource, decls: str) -> str:
     }}
 """
     it = (", it = 0", ", ++it") if v.split > 1 else ("", "")  # it: the tile's partials buffer
-    head = (_STREAM_LOAD if v.stream else "") + (_PREFETCH if prefetch else "")
+    ahead = _ahead(v, R, m, rows, rpb, kv, pbytes, pick_of(ptr, m)) if v.ahead else ""
+    head = (_STREAM_LOAD if v.stream else "") + (_PREFETCH if prefetch or ahead else "")
     params = "".join(f", const {d.cuda}* __restrict__ in{j}" for j, d in enumerate(src.params))
-    return f"""{head}__device__ __forceinline__ float KNAME_dot(const uint4 wv, const uint4 xv, float acc) {{
-  {_DOT[dt][1]}
-  return acc;
-}}
-extern "C" __global__ void __launch_bounds__({bounds})
-KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
-{decls}  const long long n = {src.n};
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
-{prefetch}  {PDL_SYNC}  // PDL: x and the outputs only after the kernel before has completed (kernel.py)
-{stage}{part}#pragma unroll 1
-  for (long long tile = blockIdx.x{it[0]}; tile * {rpb} < n; tile += gridDim.x{it[1]}) {{  // uniform per block
-    const long long row0 = tile * {rpb} + (warp / {v.split}) * {rows};
-    float acc[{R}] = {{}};
-    if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
-      const uint4* __restrict__ w[{R}];
+    point = f"""      const uint4* __restrict__ w[{R}];
 #pragma unroll
       for (int r = 0; r < {rows}; ++r) {{
         const long long rr = row0 + r < n ? row0 + r : n - 1;
 {ptrs}      }}
-      // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
+"""
+    stream = f"""      // one batch from vector `base`: every W load of every row, then x, then the multiply-adds
       auto batch = [&](const int base, const bool guard) {{
         uint4 xv[{unroll}], wv[{R}][{unroll}];
 #pragma unroll
@@ -402,14 +417,149 @@ KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ di
 #pragma unroll
           for (int r = 0; r < {R}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
       }};
-{loop}    }}
+{loop}"""
+
+    def body(pre: bool) -> str:  # one tile; `pre`: the first, whose first batch `early` loaded
+        return f"""    const long long row0 = tile * {rpb} + (warp / {v.split}) * {rows};
+{ahead}    float acc[{R}] = {{}};
+    if (row0 < n) {{  // uniform per warp; rows past n re-read row n - 1 and are not stored
+{point}{_pipelined(v, R, kv, full, tail, step, batch, ldw, ldx, pre) if v.early or v.depth > 1 else stream}    }}
 #pragma unroll
     for (int r = 0; r < {R}; ++r)
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-{combine}  }}
+{combine}"""
+
+    early = first = ""
+    start = ("blockIdx.x", it[0])
+    if v.early:  # after the PDL sync: W may be written by the kernel before (only an L2 prefetch may precede it)
+        early = f"""  uint4 we[{R}][{unroll}];  // the first tile's first batch, in flight while x is staged
+  {{
+    const long long row0 = (long long)blockIdx.x * {rpb} + (warp / {v.split}) * {rows};
+    if (row0 < n) {{
+{point}#pragma unroll
+      for (int j = 0; j < {unroll}; ++j)
+#pragma unroll
+        for (int r = 0; r < {R}; ++r) {{
+          const int i = v0 + j * {step};
+          we[r][j] = {"" if full else f"i >= {kv} ? make_uint4(0u, 0u, 0u, 0u) : "}{ldw}(w[r] + i);
+        }}
+    }}
+  }}
+"""
+        # the first tile peeled (its registers `we` die with it), then the loop over the others
+        first = f"""  {{
+    const long long tile = blockIdx.x;{" const long long it = 0;" if v.split > 1 else ""}
+    if (tile * {rpb} < n) {{
+{body(True)}    }}
+  }}
+"""
+        start = ("blockIdx.x + gridDim.x", ", it = 1" if v.split > 1 else "")
+    return f"""{head}__device__ __forceinline__ float KNAME_dot(const uint4 wv, const uint4 xv, float acc) {{
+  {_DOT[dt][1]}
+  return acc;
+}}
+extern "C" __global__ void __launch_bounds__({bounds})
+KNAME({src.out.cuda}* __restrict__ out{params}, const long long* __restrict__ dims) {{
+{decls}  const long long n = {src.n};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int v0 = (warp % {v.split}) * 32 + lane;  // this lane's first vector in its slice
+{prefetch}  {PDL_SYNC}  // PDL: x and the outputs only after the kernel before has completed (kernel.py)
+{early}{stage}{part}{first}#pragma unroll 1
+  for (long long tile = {start[0]}{start[1]}; tile * {rpb} < n; tile += gridDim.x{it[1]}) {{  // uniform per block
+{body(False)}  }}
 }}
 """
+
+
+def pick_of(ptr: list[str], m: int) -> str:
+    """C of dot product q's weight row rr (q, rr in scope): the one pointer, or a choice among m."""
+    return ptr[0] if m == 1 else " : ".join(f"q == {q} ? {p}" for q, p in enumerate(ptr[:-1])) + f" : {ptr[-1]}"
+
+
+def _ahead(v: GemvVariant, R: int, m: int, rows: int, rpb: int, kv: int, pbytes: int, pick: str) -> str:
+    """`ahead`: lane d < R of the group's first warp prefetches dot product d's row of the block's
+    next tile into L2, and in the first tile the rest of its own row (past the prefix the entry
+    prefetched), so DRAM holds requests that no lane's load-to-use chain waits on. At most
+    AHEAD_BYTES a block each time (a prefix of every row): ~34 MB over a 528-block wave, inside L2."""
+    cap = max(VECTOR_BYTES, AHEAD_BYTES // (rpb * m) // VECTOR_BYTES * VECTOR_BYTES)
+    row_bytes = kv * VECTOR_BYTES
+    nxt, rest = min(row_bytes, cap), min(row_bytes - pbytes, cap)
+    own = f"""      if (tile == blockIdx.x && row0 + r < n) {{  // the first tile: past the prefix prefetched at entry
+        const long long rr = row0 + r;
+        KNAME_prefetch(reinterpret_cast<const char*>({pick}) + {pbytes}, {rest});
+      }}
+""" if rest > 0 else ""  # fmt: skip
+    return f"""    if (warp % {v.split} == 0 && lane < {R}) {{  // L2 a tile ahead
+      const int r = lane / {m}, q = lane % {m};
+      const long long next = row0 + (long long)gridDim.x * {rpb} + r;
+      if (next < n) {{
+        const long long rr = next;
+        KNAME_prefetch({pick}, {nxt});
+      }}
+{own}    }}
+"""
+
+
+def _pipelined(v: GemvVariant, R: int, kv: int, full: int, tail: int, step: int, batch: int, ldw: str,
+               ldx: str, pre: bool) -> str:  # fmt: skip
+    """The W stream of one tile as batches b = 0 .. nb - 1 (`load` into registers, `use`: x and the
+    multiply-adds; the last one guarded past k when partial). depth 1: load, use, load, use ...;
+    depth 2: batch b + 1 is loaded before batch b is used (two register buffers), so a lane always
+    has a batch in flight. `pre`: the first tile of an `early` schedule, whose batch 0 is in `we`."""
+    u, nb = v.unroll, full + (1 if tail else 0)
+    inside = f"b < {full} || i < {kv}" if tail else "true"
+    zero = "make_uint4(0u, 0u, 0u, 0u)"
+    code = f"""      // batch b: every W load of every row (load), then x and the multiply-adds (use)
+      auto load = [&](uint4 (&wv)[{R}][{u}], const int b) {{
+#pragma unroll
+        for (int j = 0; j < {u}; ++j)
+#pragma unroll
+          for (int r = 0; r < {R}; ++r) {{
+            const int i = b * {batch} + v0 + j * {step};
+            wv[r][j] = {inside} ? {ldw}(w[r] + i) : {zero};
+          }}
+      }};
+      auto use = [&](const uint4 (&wv)[{R}][{u}], const int b) {{
+        uint4 xv[{u}];
+#pragma unroll
+        for (int j = 0; j < {u}; ++j) {{
+          const int i = b * {batch} + v0 + j * {step};
+          xv[j] = {inside} ? {ldx} : {zero};
+        }}
+#pragma unroll
+        for (int j = 0; j < {u}; ++j)
+#pragma unroll
+          for (int r = 0; r < {R}; ++r) acc[r] = KNAME_dot(wv[r][j], xv[j], acc[r]);
+      }};
+      uint4 wa[{R}][{u}]{f", wb[{R}][{u}]" if v.depth > 1 else ""};
+"""
+    if v.depth == 1:  # batch 0 already in `we` (the first tile of an `early` schedule) or loaded now
+        return (
+            code
+            + f"""      {"use(we, 0);" if pre else "load(wa, 0); use(wa, 0);"}
+#pragma unroll 1
+      for (int b = 1; b < {nb}; ++b) {{ load(wa, b); use(wa, b); }}
+"""
+        )
+    first = f"""#pragma unroll
+      for (int j = 0; j < {u}; ++j)
+#pragma unroll
+        for (int r = 0; r < {R}; ++r) wa[r][j] = we[r][j];
+""" if pre else "      load(wa, 0);\n"  # fmt: skip
+    last = f"      use(wa, {nb - 1});\n" if nb % 2 else ""
+    return (
+        code
+        + first
+        + f"""#pragma unroll 1
+      for (int b = 0; b + 1 < {nb}; b += 2) {{
+        load(wb, b + 1);
+        use(wa, b);
+        if (b + 2 < {nb}) load(wa, b + 2);
+        use(wb, b + 1);
+      }}
+{last}"""
+    )
 
 
 GEMV_KERNELS = (KernelGemv,)

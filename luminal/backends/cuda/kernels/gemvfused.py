@@ -221,6 +221,11 @@ class KernelGemvFused(KernelOp):
         m, per = self.m if self.epi else 1, _DOT[self.dtype][0]
         return looped(self.out_size(), self.k.value // per, m, (4 if self.dtype == DType.f32 else 8) // m)
 
+    def render_salt(self) -> str:
+        """The schedule `render` picks (gemv.looped reads module knobs): part of the rendered cache's key
+        (a symbolic k has none: `render` refuses it)."""
+        return self.variant().name if self.k.is_num and self.dtype in _DOT else ""
+
     def render(self, slots, variant: GemvVariant | None = None) -> Kernel:
         dt, m, b = self.dtype, self.m, self.base
         check_gemv(type(self).__name__, dt, self.k, tuple(self.lds))
