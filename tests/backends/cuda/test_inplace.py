@@ -31,6 +31,7 @@ SLOTS = {"p": 0, "r": 1, "s": 2, "!error": 3}
 _CTYPE = {lm.f32: "float", lm.bf16: "__nv_bfloat16", lm.i32: "int"}
 _EXTRA = r"""
 #include <atomic>
+#include <memory>
 static inline unsigned atomicMax(unsigned* p, unsigned v) {
   std::atomic_ref<unsigned> a(*p); unsigned o = a.load();
   while (o < v && !a.compare_exchange_weak(o, v)) {}
@@ -40,6 +41,8 @@ static inline unsigned atomicMax(unsigned* p, unsigned v) {
 _RUN = r"""
 extern "C" void run_{name}(void** a, const long long* dims, unsigned* win, int grid, int block) {{
   std::barrier<> bar(block); block_bar = &bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;  // the shim's warp shuffles
+  for (int w = 0; w < block / 32; ++w) warp_bar[w] = warps.emplace_back(new std::barrier<>(32)).get();
   gridDim.x = grid;  // the shim's one gridDim, shared by the threads
   std::vector<std::thread> ts;
   for (int t = 0; t < block; ++t)

@@ -35,13 +35,23 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
-from luminal.backends.cuda.kernels.fused import element_values, evaluate_body, leaf_dtypes, leaf_reads
+from luminal.backends.cuda.kernels.emit import cvar
+from luminal.backends.cuda.kernels.fused import (
+    element_values,
+    evaluate_body,
+    group_size,
+    leaf_dtypes,
+    leaf_reads,
+    row_code,
+    row_coords,
+)
+from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir import Scatter, fexpr
 from luminal.hlir.fexpr import FArgs, FNode
 from luminal.hlir.op import EList
-from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, prod
+from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod
 from luminal.shape.tracker import contiguous_strides
 
 BLOCK = 1024
@@ -78,10 +88,11 @@ class KernelScatterInplace(KernelOp):
         return scatter_kernel(self, slots, [self.index_dtype, self.dtype], ([], j), ([], src))
 
 
-def scatter_kernel(op, slots, in_dtypes: list[DType], index, value) -> Kernel:
+def scatter_kernel(op, slots, in_dtypes: list[DType], index, value, rows: RowWrite | None = None) -> Kernel:
     """The three-phase in-place scatter of `op` (KernelScatterInplace or KernelScatterFused) reading
     inputs in1, in2, .. of `in_dtypes`: `index` = (statements, C) of the destination index of index
-    position i, `value` = (statements, C) of the element written there (after index's)."""
+    position i, `value` = (statements, C) of the element written there (after index's). With `rows`
+    the write phase runs over the index shape's rows instead (row_write), `value` unused."""
     dt = op.dtype
     decls = dim_decls(op.dim_names(), slots) + (
         f"  const long long n_out = {c_expr(prod(op.dest_shape))};\n"
@@ -97,12 +108,16 @@ def scatter_kernel(op, slots, in_dtypes: list[DType], index, value) -> Kernel:
         first, step = "threadIdx.x", str(BLOCK)
     loop = f"  for (long long i = {first}; i < n_idx; i += {step}) {{\n"
     j = "".join(f"    {ln}\n" for ln in index[0]) + f"    const long long j = {index[1]};\n"
-    body = "".join(f"      {ln}\n" for ln in value[0])
+    if rows is None:
+        body = "".join(f"      {ln}\n" for ln in value[0])
+        write = (f"{loop}{j}    if (j >= 0 && j < n_out && win[j] == (unsigned int)(i + 1)) {{\n{body}"
+                 f"      out[j] = {value[1]};\n    }}\n  }}\n")  # fmt: skip
+    else:
+        write = rows.code(op.wide)
     phases = (
         f"{loop}{j}    if (j >= 0 && j < n_out) win[j] = 0u;\n  }}\n",
         f"{loop}{j}    if (j >= 0 && j < n_out) atomicMax(&win[j], (unsigned int)(i + 1));\n  }}\n",
-        f"{loop}{j}    if (j >= 0 && j < n_out && win[j] == (unsigned int)(i + 1)) {{\n{body}"
-        f"      out[j] = {value[1]};\n    }}\n  }}\n",
+        write,
     )
     head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) '
     hdrs = headers(dt, *in_dtypes)
@@ -113,7 +128,61 @@ def scatter_kernel(op, slots, in_dtypes: list[DType], index, value) -> Kernel:
     code = "".join(f"{head}KNAME_{k}{sig} {{\n{decls}{ph}}}\n" for k, ph in enumerate(phases))
     name, code = name_code(op.prefix, code)
     grid = ceil_div(prod(op.index_shape), BLOCK)
-    return Kernel(code, tuple(Launch(f"{name}_{k}", grid, BLOCK) for k in range(3)), hdrs)
+    grids = (grid, grid, grid if rows is None else rows.grid())
+    return Kernel(code, tuple(Launch(f"{name}_{k}", g, BLOCK) for k, g in enumerate(grids)), hdrs)
+
+
+@dataclass(frozen=True)
+class RowWrite:
+    """The write phase of an in-place scatter whose written values reduce over rows (qwen3's k-norm
+    before rotary): a group of `group` threads per row of the index shape (all axes but the last),
+    the row's reductions computed once, cooperatively (emit.py, as KernelFused's row layout), then
+    each lane writes its columns' elements where it won the claim -- instead of every element's
+    thread recomputing its row's reductions serially (element_values). `lines`: the statements
+    writing one row (its coordinates y0.., then fused.row_code's) where `row` and `lane` are set;
+    `rows`: the number of rows."""
+
+    group: int
+    rows: Expression
+    lines: tuple[str, ...]
+
+    def code(self, wide: bool) -> str:
+        per = BLOCK // self.group
+        if wide:
+            first, step = f"(long long)blockIdx.x * {per} + threadIdx.x / {self.group}", f"(long long)gridDim.x * {per}"
+        else:
+            first, step = f"(long long)(threadIdx.x / {self.group})", str(per)
+        return (f"  const long long rows = {c_expr(self.rows)};\n"
+                f"  for (long long row = {first}; row < rows; row += {step}) {{  // uniform per row group\n"
+                f"    const int lane = threadIdx.x % {self.group};\n"
+                + "".join(f"    {ln}\n" for ln in self.lines) + "  }\n")  # fmt: skip
+
+    def grid(self) -> Expression:
+        return ceil_div(self.rows, num(BLOCK // self.group))
+
+
+def row_write(op: KernelScatterFused, dts: tuple[DType, ...], index: tuple[list[str], str]) -> RowWrite | None:
+    """The row form of `op`'s write phase (RowWrite) when its written values reduce over rows and a
+    row fits a warp's group; None otherwise (every element computes its value on its own)."""
+    shape = op.index_shape
+    reds = [n.op.iters for n in fexpr.ops(op.src) if isinstance(n.op, KernelReduce)]
+    if not shape or not reds:
+        return None
+    row_shape, ncol = shape[:-1], shape[-1]
+    g = group_size([ncol, *reds])
+    if g > 32:  # a group spanning warps would need __syncthreads inside a row loop of uneven trip counts
+        return None
+
+    def put(name: str, col: str | None) -> list[str]:
+        # the value first: the index's statements below may reuse its local names in their block
+        return ["{", f"  const {op.dtype.cuda} wv = {store(op.dtype, name)};",
+                f"  const long long i = row * ncol + {col};", *(f"  {ln}" for ln in index[0]),
+                f"  const long long dj = {index[1]};",
+                "  if (dj >= 0 && dj < n_out && win[dj] == (unsigned int)(i + 1)) out[dj] = wv;", "}"]  # fmt: skip
+
+    rvars = tuple(cvar(f"y{k}") for k in range(len(row_shape)))
+    prelude, tail = row_code(op.src[0], dts, g, rvars, ncol, put, base=1)
+    return RowWrite(g, prod(row_shape), (*row_coords(row_shape), *prelude, *tail))
 
 
 @dataclass(frozen=True)
@@ -179,8 +248,12 @@ class KernelScatterFused(KernelOp):
     def render(self, slots) -> Kernel:
         dts = self.leaf_dtypes()
         il, (iv,) = element_values(self.index, dts, self.index_shape, 1)
+        index = (il, f"(long long)({iv})")
+        rows = row_write(self, dts, index)
+        if rows is not None:
+            return scatter_kernel(self, slots, list(dts), index, None, rows)
         sl, (sv,) = element_values(self.src, dts, self.index_shape, 1)  # in a block nested in the index's
-        return scatter_kernel(self, slots, list(dts), (il, f"(long long)({iv})"), (sl, store(self.dtype, sv)))
+        return scatter_kernel(self, slots, list(dts), index, (sl, store(self.dtype, sv)))
 
 
 # preference order (backend.py): the write computing its values before the one reading them
