@@ -108,6 +108,11 @@ class Call:
 
     node: torch.fx.Node
     graph: lm.Graph
+    env: dict = field(default_factory=dict)  # the translated value of every earlier node
+
+    def value_of(self, node):
+        """The translated value of an earlier FX node (for handlers that look at their inputs' producers)."""
+        return self.env[node] if isinstance(node, torch.fx.Node) else node
 
     @property
     def meta(self):
@@ -279,7 +284,7 @@ class Translator:
             i = self.copies[node]
             if i in self.state:
                 raise UnsupportedOpError(f"input {self.inputs[i].name!r} is mutated twice (at {where_from(node)})")
-            c = Call(node, self.g)
+            c = Call(node, self.g, self.env)
             out = self._check(c, self.handlers["aten.copy.default"].fn(c, *self._value(tuple(node.args))), val)
             self.state[i] = out
             return out
@@ -290,7 +295,7 @@ class Translator:
                 "see docs/torch.md for the supported ops, or compile with fallback=True to run this graph eagerly"
             )
         self.used.add(name)
-        c = Call(node, self.g)
+        c = Call(node, self.g, self.env)
         out = h.fn(c, *self._value(tuple(node.args)), **{k: self._value(v) for k, v in node.kwargs.items()})
         return self._check(c, out, val)
 
