@@ -157,6 +157,13 @@ def _cache(n, n_heads: int):
     return base, n_kv
 
 
+def _one_row(c, t, dims: tuple):
+    """t seen with the query axis spelled as `dims` (1 <-> luminal_query_rows, whose value is 1):
+    a contiguous t keeps contiguous strides (equal at one row), so readers see a plain row-major
+    tensor (the GEMV and attention rules match on row-major strides), not a strided view."""
+    return t.with_view(ShapeTracker.new(dims)) if t.view.is_contiguous() else c.fix(t, dims)
+
+
 def _literal(c, t, dims: tuple[int, ...]):
     """The contiguous tensor t seen with literal dims (the specialized capacity)."""
     return t.with_view(ShapeTracker.new(dims))
@@ -196,11 +203,11 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     if s == 1:  # decode: the rules read the query axis's strides, which a literal 1 collapses
         rows_dim = var(QUERY_ROWS)
         c.specialize(rows_dim, 1)
-        q, pos = c.fix(q, (1, heads, rows_dim, hd)), c.fix(pos, (rows_dim,))
+        q, pos = _one_row(c, q, (1, heads, rows_dim, hd)), _one_row(c, pos, (rows_dim,))
     pool_k = _literal(c, kt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     pool_v = _literal(c, vt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     paged = PagedKV(g.iota(z, (1, cap)), g.iota(z * 0, (q.shape[2],)), pos.cast(lm.i32))
     rows = paged.rows()  # (s, cap): slot j of query i is j
     qg = q.reshape(n_kv, groups, q.shape[2], hd)  # head h = kv head h // groups (repeat_kv's order)
     out = attend_paged(qg, paged_read(pool_k, rows), paged_read(pool_v, rows), paged.mask(), scale)
-    return c.fix(out.reshape(1, heads, q.shape[2], hd), (1, heads, s, hd))
+    return _one_row(c, out.reshape(1, heads, q.shape[2], hd), (1, heads, s, hd))
