@@ -47,7 +47,11 @@ def sdpa(c, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enab
     return p.cast(v.dtype) @ v
 
 
-@aten("scaled_dot_product_attention.default", note="masked softmax(QK^T*scale)V in f32, causal, GQA, scale")
+@aten(
+    "scaled_dot_product_attention.default",
+    note="masked softmax(QK^T*scale)V in f32, causal, GQA, scale; against a static KV cache under the "
+    "position mask: nn.attention's paged graph (cache_attention.py)",
+)
 def sdpa_composite(c, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     return sdpa(c, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
