@@ -21,7 +21,7 @@ from tests.backends.cuda.test_gemvfused import _preferred  # noqa: E402
 from tests.models.test_engine import fake_cuda  # noqa: E402, F401  (fixture)
 from tests.torch.test_device import device_fake  # noqa: E402, F401  (fixture)
 from tests.torch.test_hf import LM, _close, _decode, _model  # noqa: E402
-from tests.torch.util import decode_program, record_programs  # noqa: E402
+from tests.torch.util import decode_program, record_programs, state_in_place  # noqa: E402
 
 # head_dim 64: a size the attention kernels take (docs/attention.md)
 LM64 = {**LM, "hidden_size": 128, "head_dim": 64}
@@ -112,6 +112,9 @@ def test_fused_decode_matches_eager_on_the_device_path(device_fake):  # noqa: F8
     ops = Counter(type(n.op).__name__ for n in dec.model.plans[0].nodes)
     assert ops["KernelPagedAttention"] == 2, dict(ops)
     assert dec.model.stats["runtime"]["graph_builds"] == 1
+    # the StaticCache's index_copy_ is the zoo's cache write: a scatter into the bound cache, in place
+    caches = {s.name for s in dec.inputs if s.state and len(s.shape) == 4}
+    assert len(caches) == 4 and caches <= state_in_place(dec), (caches, state_in_place(dec))
 
 
 def test_another_capacity_is_refused(monkeypatch):
