@@ -24,12 +24,26 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_BENCH = Path(__file__).resolve().parent
+# bench/kernels.py would shadow the `kernels` package transformers imports when it is installed
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from models import hf_config  # noqa: E402  (bench/models.py: HF config kwargs for a zoo preset)
+
+
+def _bench_module(name: str):
+    """bench/<name>.py, loaded by path (bench/ stays off sys.path: see above)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+hf_config = _bench_module("models").hf_config  # HF config kwargs for a zoo preset
 
 import luminal.torch as lt  # noqa: E402
 from luminal.models import llama  # noqa: E402
