@@ -24,12 +24,26 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_BENCH = Path(__file__).resolve().parent
+# bench/kernels.py would shadow the `kernels` package transformers imports when it is installed
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
+sys.path.insert(0, str(_BENCH.parent))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from models import hf_config  # noqa: E402  (bench/models.py: HF config kwargs for a zoo preset)
+
+
+def _bench_module(name: str):
+    """bench/<name>.py, loaded by path (bench/ stays off sys.path: see above)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+hf_config = _bench_module("models").hf_config  # HF config kwargs for a zoo preset
 
 import luminal.torch as lt  # noqa: E402
 from luminal.models import llama  # noqa: E402
@@ -116,6 +130,15 @@ def _decode_stats(p) -> str:
             f" | host scalars fed: {len(p.host_fed)}")  # fmt: skip
 
 
+def _launches(model, decode_bounds: bool = False) -> int | None:
+    """Launch steps of one run of a compiled model's (decode) plan on the CUDA runtime: kernels and
+    library calls (the runtime's own step list; None on the reference backend)."""
+    plans = [(b, ex) for b, ex in getattr(model, "_plans", []) if hasattr(ex, "steps")]
+    if decode_bounds:  # the zoo: the s = 1 bucket's plan
+        plans = [(b, ex) for b, ex in plans if tuple(b.get("s", (1, 1))) == (1, 1)] or plans
+    return len(plans[0][1].steps) if plans else None
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="llama-3.2-1b", choices=sorted(llama.CONFIGS))
@@ -163,6 +186,7 @@ def main(argv=None) -> None:
         zoo_step = zoo.decoder.model.stats.get("runtime", {})
         print(line("zoo llama (luminal graph)", zoo_compile, {"ttft": zoo.stats.ttft_s, "steps": zoo.stats.decode_s},
                    None, zoo_step))  # fmt: skip
+        zoo_launches = _launches(zoo.decoder.model, decode_bounds=True)
 
         # HF model through the luminal backend: one prefill graph + one decode graph
         before = lt.counters["compiles"]
@@ -182,6 +206,15 @@ def main(argv=None) -> None:
               "(Dynamo + AOTAutograd, shared with reduce-overhead) and the first calls")  # fmt: skip
         RESULTS["luminal own compile s"] = own
         print(_decode_stats(dec))
+        lum_launches = None if dec is None else _launches(dec.model)
+        RESULTS["launches per decode step"] = {"zoo": zoo_launches, "HF via luminal": lum_launches}
+        per = (
+            ""
+            if not (zoo_launches and lum_launches)
+            else f" ({(lum_launches - zoo_launches) / cfg.n_layers:+.1f} per layer)"
+        )
+        print(f"#   launches per decode step (kernels + library calls): HF via luminal {lum_launches}, "
+              f"zoo {zoo_launches}{per}")  # fmt: skip
         lum_tpot = RESULTS["HF llama, backend=luminal"]["tpot_s"]
 
         if not a.no_eager:

@@ -155,7 +155,7 @@ def compile(module, example_inputs, dynamic=None, backend: str = "auto", example
     state = {k: buffers[s.target] for k, s in enumerate(sig.output_specs) if s.kind == OutputKind.BUFFER_MUTATION}
     state |= {k: users[s.target] for k, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_INPUT_MUTATION}
     tr = translate(ep.graph_module, persistent, names, state)
-    tr.ranges = _ranges(ep)
+    tr.ranges = {**_ranges(ep), **tr.ranges}  # a handler's specialized dims stay fixed
     return CompiledModule(module, ep, Program(tr, backend, **options))
 
 

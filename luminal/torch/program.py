@@ -86,8 +86,14 @@ class Program:
                     device = a.device
                 pairs.extend((e, int(n)) for e, n in zip(spec.shape, a.shape, strict=True))
         dims = solve_dims(pairs)
+        for d, (lo, hi) in self.ranges.items():  # a dim the translation fixed that no input carries
+            if lo == hi and d not in dims:
+                dims[d] = lo
         for d, (lo, hi) in self.ranges.items():
             if d in dims and (dims[d] < lo or (hi is not None and dims[d] > hi)):
+                if lo == hi:  # specialized by the translation (a static cache's capacity: cache_attention.py)
+                    raise InputError(f"dim {d} = {dims[d]}: this graph was compiled for {d} = {lo} only (a "
+                                     "static KV cache's capacity); compile again for another capacity")  # fmt: skip
                 raise InputError(f"dim {d} = {dims[d]} is outside the compiled range [{lo}, {hi}]")
         tensors = [a for s, a in zip(self.inputs, args, strict=True) if s.kind == "tensor"]
         device = device or (tensors[0].device if tensors else torch.device("cpu"))

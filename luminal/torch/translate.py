@@ -108,6 +108,20 @@ class Call:
 
     node: torch.fx.Node
     graph: lm.Graph
+    env: dict = field(default_factory=dict)  # the translated value of every earlier node
+    fixed: dict = field(default_factory=dict)  # dim name -> the value a handler specialized it to
+
+    def specialize(self, dim: Expression, value: int) -> None:
+        """Build this op for `dim == value` only (a rule needs a literal): the Program then refuses
+        any other value of the dim (its range becomes [value, value])."""
+        name = str(dim.args[0]) if dim.op == "var" else None
+        if name is None or self.fixed.get(name, value) != value:
+            raise CompileError(f"{self.node.target}: cannot specialize {dim} to {value}")
+        self.fixed[name] = value
+
+    def value_of(self, node):
+        """The translated value of an earlier FX node (for handlers that look at their inputs' producers)."""
+        return self.env[node] if isinstance(node, torch.fx.Node) else node
 
     @property
     def meta(self):
@@ -186,6 +200,7 @@ class Translator:
         self.used: set[str] = set()
         self.constants: dict[str, torch.Tensor] = {}
         self.handlers = registry.load()
+        self.fixed: dict[str, int] = {}  # dims specialized by a handler (Call.specialize)
 
     def run(self) -> Translation:
         placeholder = 0
@@ -211,7 +226,8 @@ class Translator:
             name = self.inputs[i].name
             value.output(name)
             names[name] = i
-        return Translation(self.g, self.inputs, self.outputs, aten_ops=self.used, constants=self.constants,
+        ranges = {d: (v, v) for d, v in self.fixed.items()}
+        return Translation(self.g, self.inputs, self.outputs, ranges, aten_ops=self.used, constants=self.constants,
                            state=names)  # fmt: skip
 
     # -- placeholders and constants ---------------------------------------------------------------
@@ -279,7 +295,7 @@ class Translator:
             i = self.copies[node]
             if i in self.state:
                 raise UnsupportedOpError(f"input {self.inputs[i].name!r} is mutated twice (at {where_from(node)})")
-            c = Call(node, self.g)
+            c = Call(node, self.g, self.env, self.fixed)
             out = self._check(c, self.handlers["aten.copy.default"].fn(c, *self._value(tuple(node.args))), val)
             self.state[i] = out
             return out
@@ -290,7 +306,7 @@ class Translator:
                 "see docs/torch.md for the supported ops, or compile with fallback=True to run this graph eagerly"
             )
         self.used.add(name)
-        c = Call(node, self.g)
+        c = Call(node, self.g, self.env, self.fixed)
         out = h.fn(c, *self._value(tuple(node.args)), **{k: self._value(v) for k, v in node.kwargs.items()})
         return self._check(c, out, val)
 

@@ -202,6 +202,11 @@ CASES: list[Case] = [
        ["slice.Tensor", "select.int"]),  # fmt: skip
     _c("cat", lambda a, b: (torch.cat([a, b], 0), torch.cat([a, b, a], 1), torch.cat([a, b.int()], 1)), [X, Y],
        ["cat.default"], dtypes=FL),  # fmt: skip
+    # blocks of one tensor: RoPE's rotate_half (halves swapped, one negated), cat(f, f), identity
+    _c("cat_blocks", lambda a: (torch.cat((-a[..., 2:], a[..., :2]), -1), torch.cat((a[:, 2:], -a[:, :2]), 1),
+                                torch.cat((a, a), 0), torch.cat((a[..., :2], a[..., 2:]), -1),
+                                torch.cat((-a, -a), 1), torch.cat((a[:, 1:], a[:, :1]), 1)), [X],
+       ["cat.default"], dtypes=FL),  # fmt: skip
     _c("stack", lambda a, b: (torch.stack([a, b]), torch.stack([a, b], -1)), [X, Y], ["cat.default"]),
     _c("split", lambda a: (*a.split(2, 1), *a.split([1, 3], 1), *a.chunk(2, 1), *a.unbind(1)), [X],
        ["split_with_sizes.default"]),  # fmt: skip

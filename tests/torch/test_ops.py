@@ -89,3 +89,20 @@ def test_leading_unit_axes_are_dropped_for_binary_ops():
     assert_close(prog(h, r, w)[0], (h + r) * w - r, "(h + r) * w - r")
     x, y = torch.randn(1, 1, 4, 8, generator=gen), torch.randn(3, 1, 8, generator=gen)  # broadcast over axis 1
     assert_close(compile_fn(lambda x, y: x + y, (x, y))(x, y)[0], x + y, "broadcast over a leading axis")
+
+
+def test_rotate_half_cat_is_a_view_not_a_scatter():
+    """RoPE's `cat(-x2, x1)` and `cat(f, f)` are translated as a (reversed / repeated) view times a
+    sign, one elementwise expression, not a concat (zeros plus a Scatter per piece)."""
+
+    def rope(x, f):
+        h = x.shape[-1] // 2
+        emb = torch.cat((f, f), -1)
+        return x * emb.cos() + torch.cat((-x[..., h:], x[..., :h]), -1) * emb.sin()
+
+    x, f = torch.randn(2, 3, 8), torch.randn(2, 3, 4)
+    prog = compile_fn(rope, (x, f), [{0}, {0}])
+    (got,) = prog(x, f)
+    assert_close(got, rope(x, f), "rope")
+    ops = prog.model.plans[0].op_counts()
+    assert "Scatter" not in ops, ops

@@ -10,6 +10,7 @@ import math
 import luminal as lm
 from luminal.dtype import DType
 from luminal.shape.expr import ge, z
+from luminal.torch.ops.cache_attention import cache_attention
 from luminal.torch.registry import aten
 
 
@@ -26,6 +27,9 @@ def sdpa(c, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enab
         v = c.fix(v, (*v.shape[:-2], k.shape[-2], v.shape[-1]))
     e = q.shape[-1]
     sc = scale if scale is not None else 1.0 / math.sqrt(e.value)
+    cached = cache_attention(c, q, k, v, mask, is_causal, sc)  # a StaticCache's decode / prefill
+    if cached is not None:
+        return cached
     scores = (q @ k.transpose(-1, -2)).cast(DType.f32) * sc  # (..., L, S)
     lq, sk = scores.shape[-2], scores.shape[-1]
     if is_causal:  # top-left aligned: query i sees keys j <= i
@@ -43,7 +47,11 @@ def sdpa(c, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enab
     return p.cast(v.dtype) @ v
 
 
-@aten("scaled_dot_product_attention.default", note="masked softmax(QK^T*scale)V in f32, causal, GQA, scale")
+@aten(
+    "scaled_dot_product_attention.default",
+    note="masked softmax(QK^T*scale)V in f32, causal, GQA, scale; against a static KV cache under the "
+    "position mask: nn.attention's paged graph (cache_attention.py)",
+)
 def sdpa_composite(c, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     return sdpa(c, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
