@@ -168,6 +168,7 @@ SCHEDULES = {
     "no-prefetch": lambda op, v: replace(v, prefetch=0),
     "u-half": lambda op, v: replace(v, unroll=max(1, v.unroll // 2)),
     "waves2": lambda op, v: replace(v, waves=2),
+    "plain": {},  # every knob off (EARLY is on by default since session 6)
     "ahead": {"AHEAD": True},
     "early": {"EARLY": True},
     "early-ahead": {"EARLY": True, "AHEAD": True},
@@ -175,6 +176,9 @@ SCHEDULES = {
     "wide": {"WIDE": True},
     "early-wide": {"EARLY": True, "WIDE": True},
 }
+
+
+KNOBS = ("AHEAD", "EARLY", "PIPE", "WIDE")
 
 
 @contextmanager
@@ -186,7 +190,7 @@ def schedule(name: str):
     from luminal.backends.cuda.kernels.gemvfused import KernelGemvFused
 
     pick, own = SCHEDULES[name], KernelGemvFused.variant
-    knobs = pick if isinstance(pick, dict) else {}
+    knobs = {k: False for k in KNOBS} | pick if isinstance(pick, dict) else {}  # a dict names every knob on
     saved = {k: getattr(gemv, k) for k in knobs}
     if callable(pick):
         KernelGemvFused.variant = lambda op: pick(op, own(op))

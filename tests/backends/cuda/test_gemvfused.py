@@ -293,6 +293,8 @@ def test_knob_schedules_compile_for_sm90_and_render_anew(knobs, tmp_path, monkey
         _lin(g, x2, f"W{name}", dim, n, dt).output(name)
     ops = [op for op in _launches(_preferred(g)) if isinstance(op, KernelGemvFused)]
     assert len(ops) == 3, ops
+    for knob in ("AHEAD", "EARLY", "PIPE", "WIDE"):
+        monkeypatch.setattr(gemv, knob, False)
     looped = [rendered.render(op, SLOTS) for op in ops]  # the knobs off: cached now
     for knob in knobs:
         monkeypatch.setattr(gemv, knob, True)
@@ -320,10 +322,12 @@ def test_bench_schedules_time_distinct_kernels():
         with schedule(name):
             names[name] = tuple(variant_names(llir))
             codes[name] = tuple(rendered.render(op, SLOTS) for op in ops)  # code and launches (waves2: the grid)
-    assert len(set(names.values())) == len(SCHEDULES), names
+    assert names["early"] == names["looped"]  # EARLY is the default (session 6: it won on the H200)
+    del names["early"], codes["early"]
+    assert len(set(names.values())) == len(names), names
     del codes["waves2"]  # at these 8-12 tiles a grid of two waves is the grid of one: the same kernel
     assert len(set(codes.values())) == len(codes)
-    assert not any(getattr(gemv, k) for k in ("AHEAD", "EARLY", "PIPE", "WIDE"))
+    assert gemv.EARLY and not any(getattr(gemv, k) for k in ("AHEAD", "PIPE", "WIDE"))
     assert tuple(rendered.render(op, SLOTS) for op in ops) == codes["looped"]
     assert tuple(rendered.render(op, SLOTS) for op in ops) != codes["early-ahead"]
 
@@ -544,8 +548,10 @@ def test_generated_kernels_compute_the_blocks_on_cpu(tmp_path, monkeypatch, sche
     ops = list(dict.fromkeys(n.op for p in plans.values() for n in p.nodes if isinstance(n.op, KernelGemvFused)))
     pick = (lambda op: replace(op.variant(), split=4, unroll=1)) if schedule == "split4" else (lambda op: op.variant())
     kernels = {op: op.render(SLOTS, pick(op)) for op in ops}
-    want = {"early-ahead": ("-a-e-d2",), "wide": ("-o2-", "-d2"), "pipe": ("-d2",)}.get(schedule, ())
+    want = {"early-ahead": ("-a",), "wide": ("-o2-", "-d2"), "pipe": ("-d2",)}.get(schedule, ())
     assert all(t in pick(op).name for op in ops for t in want), [pick(op).name for op in ops]
+    if schedule == "early-ahead":  # early where it won on the H200: a one-load prologue or long rows
+        assert any("-a-e-d2" in pick(op).name for op in ops), [pick(op).name for op in ops]
     assert any(k.launches[0].grid.evaluate({"s": 1}) * pick(op).rows_per_block < op.out_size().evaluate({"s": 1})
                for op, k in kernels.items()), "no block walks more than one tile"  # fmt: skip
     runs = ""

@@ -235,27 +235,31 @@ FILL = 0.6  # split-k until the blocks fill this fraction of a wave (SMS x occup
 # KernelGemvFused's schedule knobs (`looped`), each OFF until the H200 says it wins (bench/gemv_fused.py
 # --schedules looped,ahead,early,early-ahead,wide,pipe times each; docs/perf.md, session 6):
 AHEAD = False  # GemvVariant.ahead: every tile prefetches the block's next tile into L2
-EARLY = False  # GemvVariant.early: the first batch of W in flight while the prologue computes x (with PIPE's stream)
+EARLY = True  # GemvVariant.early: the first batch of W in flight while the prologue computes x (with PIPE's stream),
+# where it won on the H200 (session 6): 16-bit ops (f32 spills) with a prologue or rows of >= EARLY_ROW_BYTES
+# (o_proj-sized rows lost 15%)
+EARLY_ROW_BYTES = 16 << 10
 PIPE = False  # depth 2 at half the unroll (64 registers, 4 blocks per SM): never a lane without a batch in flight
 WIDE = False  # depth 2 at the whole unroll, 2 blocks per SM (128 registers): twice the bytes in flight per lane
 
 
-def looped(n: Expression, kv: int, m: int, unroll: int = 4, occupancy: int = 4) -> GemvVariant:
+def looped(n: Expression, kv: int, m: int, unroll: int = 4, occupancy: int = 4, early: bool = False) -> GemvVariant:
     """The looping schedule for n rows of kv vectors, m weights per output row (gemvfused.py):
     8 warps, a warp per row unless that leaves the wave under FILL (then 2, 4 or 8 warps per row,
     while every lane keeps a whole batch), a grid of one wave walking the tiles, the first tile's
-    first batches prefetched into L2 while the block stages x. The module knobs above change it."""
-    depth = 2 if PIPE or WIDE or EARLY else 1  # (early at depth 1 spills 24-36 bytes at 64 registers: ptxas)
+    first batches prefetched into L2 while the block stages x. The module knobs above change it; `early`
+    (the caller's EARLY verdict for its op) issues the first batch before x is ready."""
+    depth = 2 if PIPE or WIDE or early else 1  # (early at depth 1 spills 24-36 bytes at 64 registers: ptxas)
     if WIDE:
         occupancy = max(1, occupancy // 2)
-    elif PIPE or EARLY:  # (a whole batch held across the prologue spills at 64 and at 80 registers)
+    elif PIPE or early:  # (a whole batch held across the prologue spills at 64 and at 80 registers)
         unroll = max(1, unroll // 2)
     split, cap = 1, SMS * occupancy
     while split < 8 and kv >= 32 * unroll * 2 * split and (not n.is_num or n.value * split < 8 * FILL * cap):
         split *= 2
     per_batch = (8 // split) * m * unroll * 32 * split * VECTOR_BYTES  # the tile's first batch, every row
     prefetch = max(1, PREFETCH_BYTES // per_batch)
-    return GemvVariant(8, 1, split, unroll, True, True, occupancy, 1, prefetch, AHEAD, EARLY, depth)
+    return GemvVariant(8, 1, split, unroll, True, True, occupancy, 1, prefetch, AHEAD, early, depth)
 
 
 def gemv_grid(v: GemvVariant, n: Expression) -> Expression:

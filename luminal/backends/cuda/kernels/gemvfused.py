@@ -41,6 +41,7 @@ from luminal.backends.cuda.kernel import (
     name_code,
     store,
 )
+from luminal.backends.cuda.kernels import gemv
 from luminal.backends.cuda.kernels.emit import Position, cvar, out_shape
 from luminal.backends.cuda.kernels.fused import leaf_dtypes, row_code, row_coords
 from luminal.backends.cuda.kernels.gemv import _DOT, GemvSource, GemvVariant, check_gemv, gemv_code, gemv_grid, looped
@@ -219,7 +220,10 @@ class KernelGemvFused(KernelOp):
         many rows; 8 W vectors of 16 bytes in flight per lane (4 in f32, whose wider dot products
         spill at 8 under the 64-register promise), shared by the weights of a gated pair."""
         m, per = self.m if self.epi else 1, _DOT[self.dtype][0]
-        return looped(self.out_size(), self.k.value // per, m, (4 if self.dtype == DType.f32 else 8) // m)
+        prologue = bool(self.x) and not isinstance(self.x[0], FLeaf) and self.base == self.m + 1  # one load: RMSNorm
+        long_rows = self.k.value * self.dtype.itemsize >= gemv.EARLY_ROW_BYTES
+        early = gemv.EARLY and self.dtype.itemsize == 2 and (prologue or long_rows)
+        return looped(self.out_size(), self.k.value // per, m, (4 if self.dtype == DType.f32 else 8) // m, early=early)
 
     def render_salt(self) -> str:
         """The schedule `render` picks (gemv.looped reads module knobs): part of the rendered cache's key
