@@ -111,7 +111,7 @@ def plans(name: str):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run the CUDA C on the CPU")
-@pytest.mark.parametrize("name", ["llama", "qwen3"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3"])
 def test_fused_cache_writes_run_on_cpu(name, tmp_path):
     model, steps = plans(name)
     ops = {n.op for p in steps.values() for n in p.nodes if isinstance(n.op, KernelScatterFused)}

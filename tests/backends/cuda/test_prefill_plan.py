@@ -14,10 +14,13 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cuda import nvrtc
+from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.fused import KernelFused
 from luminal.backends.cuda.kernels.inplace import KernelScatterFused, KernelScatterInplace
+from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.reference import ReferenceExecutor
-from luminal.egraph.compile import build_egraph
+from luminal.egraph.compile import build_egraph, preference
 from luminal.egraph.search import sample_genomes
 from luminal.models import llama
 from luminal.models.common import random_weights
@@ -53,6 +56,20 @@ def test_prefill_writes_the_cache_grid_wide(name):
     assert len(_writes(decode)) == 2 and not any(op.wide for op in _writes(decode)), decode.op_counts()
     kernels = [op.render(SLOTS) for op in _writes(prefill) + _writes(decode)]
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_prefill_o_proj_is_a_library_matmul(name):
+    """The attention output (heads, s, d) read as (s, heads * d) by o_proj is copied contiguously
+    (matmul_flatten.egg `copy-a`) and multiplied by cuBLASLt, not by one reduction block per output
+    element; the decode step (s = 1) keeps o_proj in its GEMV."""
+    model = _model(name)
+    prefill, decode = (_preferred(model.graph, None, b) for b in (PREFILL, DECODE))
+    reductions = [n.op for n in prefill.nodes if isinstance(n.op, KernelFused) and isinstance(n.op.root, KernelReduce)]
+    assert not reductions, reductions
+    libs = [n for n in prefill.nodes if isinstance(n.op, HostOp)]
+    assert len(libs) >= 4, prefill.op_counts()  # q/k/v, o_proj, gate/up, down (lm_head: one row, the GEMV)
+    assert not [n for n in decode.nodes if isinstance(n.op, HostOp)], decode.op_counts()
 
 
 def test_a_short_prompt_bucket_keeps_the_one_block_form():
@@ -99,7 +116,8 @@ def test_every_sampled_prefill_extraction_agrees_with_the_reference():
     feed, dims = _feed(model, 7, 5, seed=4)
     want = ReferenceExecutor(g.nodes, g.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
     wide = set()
-    for llir in sample_genomes(view, 5, seed=3):
+    preferred = view.extract(view.repair(view.preferred_genome(preference(CpuCudaBackend()))))  # copy-a + cuBLASLt
+    for llir in [preferred, *sample_genomes(view, 5, seed=3)]:
         wide.update(op.wide for op in _writes(llir))
         got = ReferenceExecutor(llir.nodes, llir.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
         _check(model, feed, dims, got, want, "qwen3 prefill sampled")

@@ -7,14 +7,17 @@ u32 claim word per written destination element, atomicMax(claim[idx[j]], j + 1),
 where the claim is j + 1 -- so the last write wins deterministically and every phase costs
 O(#indexes), not O(destination). `wide = false`: one block, the phases separated by
 __syncthreads (one launch: decode writes a few hundred elements); `wide = true`: three launches
-over the whole grid (prefill writes n_kv * s * head_dim). The rule offers both; search picks.
+over the whole grid (prefill writes n_kv * s * head_dim). The rules offer the grid-wide shape, and
+the one-block shape where the bucket bounds the index count by 4096 (inplace.egg); search picks.
 
 KernelScatterFused: the same in-place update with the indexes and the written values computed by
 fused bodies (`index`, `src`: one expression each, luminal/hlir/fexpr.py) at each index position
 instead of read from buffers: the cache position p + row, and the rotary embedding of k (with a
 q/k-norm) or v read at its offset in the stacked q/k/v GEMV's output, are computed in the launch
 that writes the cache (rule: inplace.egg, `scatter-fused`). Inputs: (dest, the bodies' leaves).
-Values are held and rounded like KernelFused's (fused.py).
+Values are held and rounded like KernelFused's (fused.py). When the written values reduce over
+rows (qwen3's k-norm), the write phase runs a warp per row of the index shape (RowWrite), the
+row's reductions computed once, cooperatively, as KernelFused's row layout computes them.
 """
 
 from __future__ import annotations
