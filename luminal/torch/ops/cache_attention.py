@@ -152,7 +152,7 @@ def _cache(n, n_heads: int):
         or _hint(bm.shape[3]) != _hint(m.shape[3])
     ):
         return None, 0
-    if base is not n and n_kv == n_heads:
+    if base is not n and _hint(m.shape[1]) != n_heads:  # repeat_kv's result has the query heads
         return None, 0
     return base, n_kv
 
@@ -173,8 +173,8 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     """SDPA as paged attention over the static cache, or None (see the module docstring)."""
     node = c.node
     qn, kn, vn = node.args[:3]
-    mn = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 and node.target is
-                         aten.scaled_dot_product_attention.default else None)  # fmt: skip
+    composite = node.target is aten.scaled_dot_product_attention.default  # the mask is its 4th argument
+    mn = node.kwargs.get("attn_mask", node.args[3] if composite and len(node.args) > 3 else None)
     qm = _meta(qn)
     if is_causal or mask is None or qm is None or qm.ndim != 4 or _hint(qm.shape[0]) != 1:
         return None
@@ -192,8 +192,9 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     if pn is None:
         return None
     kt, vt, pos = c.value_of(kb), c.value_of(vb), c.value_of(pn)
-    if not all(isinstance(t, lm.GraphTensor) for t in (kt, vt, pos)) or not (kt.view.is_contiguous()
-                                                                            and vt.view.is_contiguous()):  # fmt: skip
+    if not all(isinstance(t, lm.GraphTensor) for t in (kt, vt, pos)):
+        return None
+    if not (kt.view.is_contiguous() and vt.view.is_contiguous()):  # the pool is read row-major
         return None
     for d in (_meta(kb).shape[2], _meta(vb).shape[2]):  # the pool size the rules need: a literal
         e = to_expr(d)
