@@ -1,6 +1,7 @@
 """KernelAttention's kernels (kernels/attention*.py): every variant compiles for sm_90 with NVRTC;
-on the CPU (g++ emulation, attention_emu.py) the decode, combine, f32-rows and tensor-core prefill
-kernels compute attention over odd sizes, masks and dtypes, equal to the f64 reference; `render`
+on the CPU (g++ emulation, attention_emu.py) the split decode kernel (the last split to arrive
+merges the others), the f32-rows and the tensor-core prefill kernels compute attention over odd
+sizes, masks and dtypes, equal to the f64 reference, and leave their tickets at zero; `render`
 and `spec` refuse what the kernels do not cover. GPU (`cuda`): the same launches on the device."""
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_every_variant_compiles_for_sm90(no_cache):
 
 
 def test_decode_kernels_keep_their_register_budget():
-    """ptxas (through NVRTC): the decode, combine and f32 rows kernels at every head_dim and dtype, and
+    """ptxas (through NVRTC): the decode and f32 rows kernels at every head_dim and dtype, and
     every schedule the bench sweeps, fit the `__launch_bounds__` promise of their variant (<= 65536 /
     (THREADS * min_blocks) registers: 128 for the default's 4 blocks per SM) without spilling; the
     default prefill kernel does not spill at head_dim <= 128 (at 256: at most 64 bytes; was 228)."""
@@ -93,10 +94,10 @@ def test_decode_kernels_keep_their_register_budget():
 
 def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
     op = make_op(n_kv=8, groups=4, hd=128)
-    dec, comb, pre = op.render(SLOTS).launches
+    dec, pre = op.render(SLOTS).launches  # one launch per path: the decode kernel merges its own splits
     for p in (0, 1000, 30000):  # the decode step's graph never changes as the context grows
         assert dec.grid.evaluate({"s": 1, "p": p}) == dec.grid.evaluate({"s": 1, "p": 0}) > 0
-    assert pre.grid.evaluate({"s": 1, "p": 5}) == 0 and comb.grid.evaluate({"s": 1, "p": 5}) == 32
+    assert pre.grid.evaluate({"s": 1, "p": 5}) == 0
     assert dec.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0}) == 0 < pre.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0})
     assert pre.shared == 0 and dec.block == pre.block == 128
 
@@ -111,13 +112,13 @@ def test_a_literal_s_renders_only_the_path_that_runs(dt, no_cache):
                                      "window", "scale", "softcap", "dtype")]  # fmt: skip
     other = "_rows" if dt == DType.f32 else "_pre"
     kernels = []
-    for s, want in ((1, ("_dec", "_comb")), (DECODE_ROWS, ("_dec", "_comb")), (DECODE_ROWS + 1, (other,))):
+    for s, want in ((1, ("_dec",)), (DECODE_ROWS, ("_dec",)), (DECODE_ROWS + 1, (other,))):
         kern = KernelAttention(*head, num(s), *tail).render(SLOTS)
         names = [ln.name for ln in kern.launches]
         assert [n[n.rindex("_") :] for n in names] == list(want), names
         assert all(f"{n}(" in kern.code for n in names) and kern.code.count("__global__") == len(names), names
         kernels.append(kern)
-    assert len(op.render(SLOTS).launches) == 3  # a symbolic s keeps both paths, each gated on s
+    assert len(op.render(SLOTS).launches) == 2  # a symbolic s keeps both paths, each gated on s
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
 
 
@@ -246,14 +247,19 @@ def run_on_gpu(op: KernelAttention, q, k, v, env: dict, variant=None) -> np.ndar
     for b, a in zip(bufs, host, strict=True):
         driver.htod(b.ptr, a, dev.stream)
     scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes(variant).evaluate(env))))
-    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr])
+    zeroed = np.zeros(op.zeroed_bytes(variant) // 4, np.uint32)
+    zbuf = driver.DeviceBuffer(max(256, zeroed.nbytes))
+    driver.htod(zbuf.ptr, zeroed, dev.stream)
+    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr, zbuf.ptr])
     for ln in kern.launches:
         grid = max(1, int(ln.grid.evaluate(env)))
         driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
     out = np.empty(n + 8, op.dtype.np)
     driver.dtoh(out, bufs[0].ptr, dev.stream)
+    driver.dtoh(zeroed, zbuf.ptr, dev.stream)
     dev.synchronize()
     assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
+    assert not zeroed.any(), "the decode kernel's tickets did not reset to zero"
     return out[:n]
 
 

@@ -28,13 +28,13 @@ CAP = 256
 BOUNDS = {"s": (1, 1), "r": (1, 1), "p": (0, CAP - 1)}  # the decode bucket (models/engine.py step_buckets)
 PRESETS = {"llama": (llama, "llama-3.2-1b"), "qwen3": (qwen, "qwen3-0.6b"), "gemma3": (gemma, "gemma-3-1b")}
 # launches per layer: llama / qwen3 -- the stacked q/k/v GEMV (with the attention norm), q's rotary,
-# k's rotary (+ q/k-norm) written into the cache, v written into the cache, attention (decode +
-# combine), o-proj + residual, gate/up with the MLP norm and silu(gate) * up as its epilogue
-# (gemv-gated through the bf16 casts), down + residual.
+# k's rotary (+ q/k-norm) written into the cache, v written into the cache, attention (one split-KV
+# decode launch: the last split to finish merges them), o-proj + residual, gate/up with the MLP norm
+# and silu(gate) * up as its epilogue (gemv-gated through the bf16 casts), down + residual.
 # gemma3: the same less the MLP's residual, plus o_proj and down_proj on their own (a post-norm
 # reads their whole row) and one stored residual sum: h + norm(o) is recomputed by the gated GEMV's
 # prologue (gemv-x-resnorm), h + norm(o) + norm(down) stored by one fused kernel.
-PER_LAYER = {"llama": 9, "qwen3": 9, "gemma3": 10}
+PER_LAYER = {"llama": 8, "qwen3": 8, "gemma3": 9}
 # launches per step outside the layers: the embedding's gather, the rows' gather, the lm_head GEMV
 # (the final norm as its prologue, the f32 cast of the logits as its epilogue: gemv-cast); gemma3
 # also scales the embedding by sqrt(dim) in a kernel of its own
@@ -71,8 +71,8 @@ def test_decode_step_launches_per_layer(name, fake):
         assert "KernelSlice" not in ops, ops
         # k's rotary (and q/k-norm) and v are computed by the launch that writes them into the cache
         assert "KernelScatterInplace" not in ops and ops["KernelScatterFused"] == 2 * ops["KernelAttention"], ops
-    # attention: the decode and combine kernels only (the prefill kernel is not part of an s = 1 plan)
-    assert per["KernelAttention"] == 2 and per["KernelScatterFused"] == 2, dict(per)
+    # attention: the decode kernel only (the prefill kernel is not part of an s = 1 plan)
+    assert per["KernelAttention"] == 1 and per["KernelScatterFused"] == 2, dict(per)
 
 
 def _unfused_scatters(view, genome):

@@ -14,9 +14,10 @@ tensor-core P @ V, as every flash kernel does). The reference below computes the
 f64: a fused plan is at least as accurate as the unfused one, which rounds the scores to the input
 dtype before the softmax.
 
-Launches (render): the decode path (split-KV flash-decoding + a combine pass, attention_decode.py)
-runs when s <= DECODE_ROWS, the prefill path otherwise (tensor-core flash attention for
-bf16/f16, attention_prefill.py; for f32 the decode kernel without splitting). Each launch's grid is
+Launches (render): the decode path (split-KV flash-decoding in one launch, the last split of a row
+block merging the others: attention_decode.py; its tickets are the op's zeroed words) runs when
+s <= DECODE_ROWS, the prefill path otherwise (tensor-core flash attention for bf16/f16,
+attention_prefill.py; for f32 the decode kernel without splitting). Each launch's grid is
 gated on s (0 blocks when it is the other path's turn; a CUDA graph's one-block launch then
 returns at once), and the decode grid does not depend on t, so a decode step's graph is never
 patched as the context grows.
@@ -127,6 +128,10 @@ class KernelAttention(KernelOp):
         rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS))
         return rows * num(dec.splits(sp) * (sp.head_dim + 2) * 4)
 
+    def zeroed_bytes(self, variant: dec.DecodeVariant | None = None) -> int:
+        # the split decode kernel's self-resetting tickets, one per row block at up to DECODE_ROWS rows
+        return 4 * dec.ticket_words(self.spec(variant), DECODE_ROWS)
+
     def render(self, slots, variant: dec.DecodeVariant | None = None) -> Kernel:
         sp = self.spec(variant)
         decls = dim_decls(self.dim_names(), slots)
@@ -134,12 +139,10 @@ class KernelAttention(KernelOp):
         big = num(1) - small
         nsplit = dec.splits(sp)
         on_decode, on_prefill = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"  # when each path skips
-        rows = num(sp.n_kv * sp.groups) * self.s
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
         paths = [  # (code, entry suffix, grid, threads)
             (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
              dec.THREADS),
-            (dec.combine_code(sp, decls, nsplit, on_decode), "_comb", rows * small, sp.head_dim),
         ]  # fmt: skip
         if sp.dtype == DType.f32:
             paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
