@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from luminal.backends.cuda.kernel import PRELUDE
-from luminal.backends.cuda.kernels.attention import KernelAttention
+from luminal.backends.cuda.kernels.attention import KernelAttention, KernelAttentionRope
 from luminal.backends.cuda.kernels.attention_prefill import INTRINSICS_BEGIN, INTRINSICS_END
 from luminal.dtype import DType
 
@@ -29,6 +29,8 @@ using std::min;
 using std::max;
 struct uint4 { unsigned x, y, z, w; };
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct dim3 { unsigned x; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
@@ -59,6 +61,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int off) {
 }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T> static inline T __ldcg(const T* p) { return *p; }
 #define __global__
@@ -174,7 +178,8 @@ class Emulated:
             parts.append(elem + code.replace("ELEM(", f"{kern.launches[0].name}_elem("))
             t = _CTYPE[op.dtype]
             args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
-            args += "".join(f"(const int*)ins[{k}], " for k in range(4, op.n_inputs + 1))
+            extra = "const float*" if isinstance(op, KernelAttentionRope) else "const int*"  # (cos, sin) / (rows, pos)
+            args += "".join(f"({extra})ins[{k}], " for k in range(4, op.n_inputs + 1))
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)

@@ -90,11 +90,17 @@ class _Cache(nn.KVCache):
         return tuple(g.tensor(f"{self.name}.{kv}", shape, self.dt).persist() for kv in "kv")
 
 
-def _block(dt=lm.f32, window=None, hd=64, cap=24, cache=True, groups=2, n_kv=2) -> lm.Graph:
-    """The attention of nn.Attention on q/k/v inputs: cache update, causal mask, GQA, attend."""
+def _block(dt=lm.f32, window=None, hd=64, cap=24, cache=True, groups=2, n_kv=2, rope=False) -> lm.Graph:
+    """The attention of nn.Attention on q/k/v inputs: cache update, causal mask, GQA, attend; `rope`:
+    q rotated first (nn.RoPE, as the models do)."""
     g = lm.Graph()
     s, p = dim("s"), dim("p")
-    q = g.tensor("q", ("s", n_kv * groups, hd), dt)
+    if rope:  # q projected (a matmul's output, as llama's q), then rotated
+        w = g.tensor("wq", (32, n_kv * groups * hd), dt)
+        q = (g.tensor("xq", ("s", 32), dt) @ w).reshape(s, n_kv * groups, hd)
+        q = nn.RoPE(g, "rope", hd, p if cache else lm.shape.expr.ZERO, s)(q)
+    else:
+        q = g.tensor("q", ("s", n_kv * groups, hd), dt)
     k, v = (g.tensor(n, ("s", n_kv, hd), dt).permute(1, 0, 2) for n in "kv")  # (n_kv, s, hd)
     past = p if cache else lm.shape.expr.ZERO
     if cache:
@@ -148,6 +154,41 @@ def test_every_sampled_extraction_agrees():
         got = CpuCudaBackend().load(llir).run(feed, env)["y"]
         assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, str(llir.op_counts()))
     assert fused >= 1 and len(seen) - fused >= 1, (fused, len(seen))  # both plans were sampled
+
+
+def test_q_rotary_loads_inside_attention():
+    """attn-rope: a bf16 q rotated by nn.RoPE is loaded rotated by KernelAttentionRope (no launch of
+    its own); the plan equals the oracle, prefill and decode. llama's too; not qwen3's (normed first)."""
+    g = _block(dt=lm.bf16, rope=True)
+    llir = _preferred(g)
+    assert [type(op).__name__ for op in _fused(llir)] == ["KernelAttentionRope"], llir.op_counts()
+    for s, p in ((5, 0), (1, 7), (3, 20)):
+        env = {"s": s, "p": p}
+        feed = _feed(g, env, seed=s + p)
+        got, want = CpuCudaBackend().load(llir).run(feed, env), oracle(g, feed, env)
+        assert_matches(np.asarray(got["y"]).reshape(want["y"].shape), want["y"], lm.bf16, 2.0, f"s={s} p={p}")
+    for cfg, want in ((LLAMA, "KernelAttentionRope"), (QWEN3, "KernelAttention")):  # qwen3: its q-norm rotates
+        assert [type(op).__name__ for op in _fused(_preferred(llama.Transformer(cfg, 32, "bf16").graph))] == [want]
+
+
+def test_every_sampled_extraction_of_a_rotated_q_agrees():
+    g = _block(dt=lm.bf16, rope=True, window=4)
+    view = build_egraph(g, CpuCudaBackend())
+    env = {"s": 3, "p": 6}
+    feed = _feed(g, env, seed=4)
+    want = oracle(g, feed, env)["y"]
+    rng = random.Random(3)
+    seen, kinds = set(), set()
+    gens = [view.preferred_genome(preference(CpuCudaBackend()))] + [view.random_genome(rng) for _ in range(14)]
+    for gen in gens:
+        llir = view.extract(view.repair(gen))
+        if llir.fingerprint() in seen:
+            continue
+        seen.add(llir.fingerprint())
+        kinds |= {type(op).__name__ for op in _fused(llir)} or {"unfused"}
+        got = CpuCudaBackend().load(llir).run(feed, env)["y"]
+        assert_matches(np.asarray(got).reshape(want.shape), want, lm.bf16, 2.0, str(llir.op_counts()))
+    assert "KernelAttentionRope" in kinds and len(kinds) >= 2, kinds
 
 
 # -- GPU -------------------------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ with p. With one used split (always at NSPLIT = 1, the f32 prefill path) the blo
 output; otherwise it writes (acc, m, l) partials to scratch, fences, and takes a ticket of its row
 block (atomicAdd on a word of the op's zeroed buffer, KernelOp.zeroed_bytes); the block that draws
 the last ticket resets the word to 0 (so a CUDA graph replays from zeros) and merges the used
-splits (`merge_code`: one warp per query head weighs the splits, then every thread sums its
-outputs' weighted partials, read through L2). This replaced a second, combine launch (3.7-3.9 us
-per layer on the H200, session 5). Scores are in log2 units (q is
-pre-multiplied by scale * log2 e), so the exponentials are exp2f.
+splits (`merge_code`: one warp per query head weighs the splits, then each thread sums the
+weighted partials of 4 consecutive outputs, 16-byte loads through L2, 8 in flight). This replaced
+a second, combine launch (3.7-3.9 us per layer on the H200, session 5). Scores are in log2 units
+(q is pre-multiplied by scale * log2 e), so the exponentials are exp2f. KernelAttentionRope's q is
+rotated as it is loaded (`q_value`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from luminal.backends.cuda.kernel import c_expr, load, store
+from luminal.backends.cuda.kernel import c_expr, index_c, load, store
 from luminal.dtype import DType
 from luminal.shape.expr import Expression
 
@@ -75,6 +76,19 @@ VARIANTS = {
 
 
 @dataclass(frozen=True)
+class Rope:
+    """q rotated as the kernel loads it (KernelAttentionRope, attention_rope.py): element e of the
+    (s, heads, head_dim) q is dt(xf(e) * cos[ca(e)] + xf(rot(e)) * sin[sb(e)]) with xf(e) = f32(x[xst(e)]),
+    views over `shape`; rot the flat index (a z-expression) of e's partner."""
+
+    shape: tuple[Expression, ...]
+    xst: tuple[Expression, ...]
+    ca: tuple[Expression, ...]
+    rot: Expression
+    sb: tuple[Expression, ...]
+
+
+@dataclass(frozen=True)
 class Spec:
     """KernelAttention's parameters as the generators use them (literals where the code needs them)."""
 
@@ -94,6 +108,7 @@ class Spec:
     softcap: float
     variant: DecodeVariant = DECODE
     paged: bool = False  # keys through a page table: inputs (.., rows (s, t) slots, pos (s,) positions)
+    rope: Rope | None = None  # q rotated at its load: inputs (x, k, v, cos, sin)
 
 
 def rows_per_block(sp: Spec) -> int:
@@ -159,6 +174,21 @@ def q_index(sp: Spec, h: str, g: str, i: str, d: str) -> str:
     return " + ".join(f"({c_expr(st, v)})" for st, v in zip(sp.q_strides, (h, g, i, d), strict=True))
 
 
+def q_value(sp: Spec, h: str, g: str, i: str, d: str) -> str:
+    """C float of q's element (kv head, group, row, dim): the stored value, or (sp.rope) x rotated in
+    f32 (no FMA contraction: the unfused plan's two products and sum) and rounded to the dtype, as
+    the unfused plan stores it."""
+    dt = sp.dtype
+    if sp.rope is None:
+        return load(dt, f"q[{q_index(sp, h, g, i, d)}]")
+    r, e = sp.rope, f"({q_index(sp, h, g, i, d)})"
+    rot = f"({c_expr(r.rot, e)})"
+    xa, xb = (load(dt, f"q[{index_c(r.shape, r.xst, z)}]") for z in (e, rot))
+    c, sn = index_c(r.shape, r.ca, e), index_c(r.shape, r.sb, e)
+    v = f"__fadd_rn(__fmul_rn({xa}, cosv[{c}]), __fmul_rn({xb}, sinv[{sn}]))"
+    return load(dt, store(dt, v))
+
+
 def score_code(sp: Spec, x: str) -> str:
     """C turning a raw dot product `x` (q pre-multiplied by q_scale(sp)) into the log2-unit score."""
     if not sp.softcap:
@@ -192,10 +222,12 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
 """
 
 
-def _params(t: str, paged: bool = False) -> str:
-    """Every entry's parameters: (out, q, k, v[, rows, pos], dims, scratch, zeroed) -- `zeroed` the op's
-    persistent zero-initialised words (KernelOp.zeroed_bytes: the decode kernel's tickets)."""
+def _params(t: str, paged: bool = False, rope: bool = False) -> str:
+    """Every entry's parameters: (out, q, k, v[, rows, pos][, cos, sin], dims, scratch, zeroed) --
+    `zeroed` the op's persistent zero-initialised words (KernelOp.zeroed_bytes: the decode kernel's
+    tickets)."""
     table = "const int* __restrict__ rows, const int* __restrict__ pos, " if paged else ""
+    table += "const float* __restrict__ cosv, const float* __restrict__ sinv, " if rope else ""
     return (f"({t}* __restrict__ out, const {t}* __restrict__ q, const {t}* __restrict__ k, "
             f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch, "
             "unsigned* __restrict__ zeroed)")  # fmt: skip
@@ -217,6 +249,21 @@ def _past(sp: Spec) -> str:
 def _key(sp: Spec, j: str) -> str:
     """C of key j's row index in the k / v buffers: j, or its slot through the page table."""
     return f"(long long)rr[{j}]" if sp.paged else j
+
+
+def _rope_stage(sp: Spec) -> str:
+    """C: the block's R rotated q rows computed once into shared memory (a plain loop: rotating in the
+    unrolled register load of q made ptxas spill ~150 bytes)."""
+    if sp.rope is None:
+        return ""
+    r_, hd = rows_per_block(sp), sp.head_dim
+    return f"""  __shared__ float sm_q[{r_ * hd}];
+  for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS}) {{
+    const long long qg = (long long)gc * {r_} + o / {hd}, qd = o % {hd};
+    sm_q[o] = {q_value(sp, "h", "qg", "i", "qd")};
+  }}
+  __syncthreads();
+"""
 
 
 def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
@@ -267,7 +314,7 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
                   "      }\n")  # fmt: skip
     bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
     return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
-KNAME_{tag}{_params(t, sp.paged)} {{
+KNAME_{tag}{_params(t, sp.paged, sp.rope is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)};
@@ -284,14 +331,14 @@ KNAME_{tag}{_params(t, sp.paged)} {{
   const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
   const {t}* kp = k + h * ({ksh}) + d0;
   const {t}* vp = v + h * ({vsh}) + d0;
-{prefetch("kb + slot", range(pf))}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
+{prefetch("kb + slot", range(pf))}{_rope_stage(sp)}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
 #pragma unroll
   for (int r = 0; r < {r_}; ++r) {{
     const long long qg = (long long)gc * {r_} + r;
 #pragma unroll
     for (int e = 0; e < {dl}; ++e) {{
       const long long qd = d0 + e;
-      qr[r][e] = {load(dt, f"q[{q_index(sp, 'h', 'qg', 'i', 'qd')}]")} * {q_scale(sp)!r}f;
+      qr[r][e] = {q_value(sp, "h", "qg", "i", "qd") if sp.rope is None else f"sm_q[r * {hd} + qd]"} * {q_scale(sp)!r}f;
       acc[r][e] = 0.0f;
     }}
     m[r] = -INFINITY;
@@ -416,13 +463,21 @@ def merge_code(sp: Spec, nsplit: int) -> str:
 {red_l}    if (lane == 0) sm_l[w] = L;
   }}
   __syncthreads();
-  for (int o = threadIdx.x; o < {r_ * hd}; o += {t_}) {{
-    const int r = o / {hd}, d = o % {hd};
+  for (int o = threadIdx.x; o < {r_ * hd // 4}; o += {t_}) {{  // 4 consecutive outputs per thread and pass
+    const int r = o / {hd // 4}, d = o % {hd // 4} * 4;
     const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
-    const float* acc = scratch + row * {nsplit * hd} + d;
-    float A = 0.0f;
+    const float4* acc = reinterpret_cast<const float4*>(scratch + row * {nsplit * hd} + d);
+    float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-    for (int sp = 0; sp < nsplit; ++sp) A = fmaf(__ldcg(acc + sp * {hd}), sm_w[r][sp], A);  // 8 loads in flight
-    out[row * {hd} + d] = {store(dt, "A / sm_l[r]")};
+    for (int sp = 0; sp < nsplit; ++sp) {{  // 8 loads of 16 bytes in flight (16: the p1 schedule spills)
+      const float4 a = __ldcg(acc + sp * {hd // 4});
+      const float c = sm_w[r][sp];
+      A.x = fmaf(a.x, c, A.x); A.y = fmaf(a.y, c, A.y); A.z = fmaf(a.z, c, A.z); A.w = fmaf(a.w, c, A.w);
+    }}
+    const float L = sm_l[r];
+    out[row * {hd} + d] = {store(dt, "A.x / L")};
+    out[row * {hd} + d + 1] = {store(dt, "A.y / L")};
+    out[row * {hd} + d + 2] = {store(dt, "A.z / L")};
+    out[row * {hd} + d + 3] = {store(dt, "A.w / L")};
   }}
 """
