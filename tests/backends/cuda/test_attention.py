@@ -193,12 +193,18 @@ def test_every_sampled_extraction_of_a_rotated_q_agrees():
 
 # -- GPU -------------------------------------------------------------------------------------------------
 @pytest.mark.cuda
-@pytest.mark.parametrize("dt,window", [(lm.f32, None), (lm.f16, 5), (lm.bf16, None)], ids=["f32", "f16-window", "bf16"])
-def test_attention_block_on_the_gpu(dt, window):
-    """The compiled block (fused) against the reference backend, prefill and decode, odd sizes."""
-    g = _block(dt=dt, window=window, hd=128, cap=4200)
+@pytest.mark.parametrize(
+    "dt,window,rope",
+    [(lm.f32, None, False), (lm.f16, 5, False), (lm.bf16, None, False), (lm.bf16, 7, True), (lm.f16, None, True)],
+    ids=["f32", "f16-window", "bf16", "bf16-window-rope", "f16-rope"],
+)
+def test_attention_block_on_the_gpu(dt, window, rope):
+    """The compiled block (fused; `rope`: q rotated in attention's load) against the reference backend,
+    prefill and decode, odd sizes."""
+    g = _block(dt=dt, window=window, hd=128, cap=4200, rope=rope)
     m, ref = g.compile("cuda", cache=False), g.compile("reference", cache=False)
-    assert _fused(m.plans[0]), m.plans[0].op_counts()
+    kinds = [type(op).__name__ for op in _fused(m.plans[0])]
+    assert kinds == ["KernelAttentionRope" if rope else "KernelAttention"], m.plans[0].op_counts()
     for s, p in ((127, 0), (3, 17), (1, 4096), (17, 50), (1, 0)):
         feed = _feed(g, {"s": s, "p": p}, seed=s + p, scale=0.3)
         got, want = m.run(feed, dims={"p": p}), ref.run(feed, dims={"p": p})
