@@ -68,7 +68,9 @@ class Runner:
         driver.htod(self.dims.ptr, dims, self.dev.stream)
         scratch = int(op.scratch_bytes(variant).evaluate(env))
         self.scratch = driver.DeviceBuffer(max(scratch, 256))
-        self.params = [driver.Params([*ptrs, self.dims.ptr, self.scratch.ptr]) for ptrs in ptr_sets]
+        self.zeroed = driver.DeviceBuffer(max(op.zeroed_bytes(variant), 256))  # the decode kernel's tickets
+        driver.memset8(self.zeroed.ptr, 0, self.zeroed.nbytes, self.dev.stream)
+        self.params = [driver.Params([*ptrs, self.dims.ptr, self.scratch.ptr, self.zeroed.ptr]) for ptrs in ptr_sets]
         self.launches = [(self.mod.function(ln.name), max(1, int(ln.grid.evaluate(env))), ln.block, ln.shared)
                          for ln in kern.launches]  # fmt: skip
         self.calls = max(LAUNCHES, len(ptr_sets))

@@ -6,7 +6,8 @@ op's e-class (ruleset `kernel_lower`, the .egg files in kernels/). `render(slots
 generated from the z-expression strides: 64-bit index math in C, dims read from the plan's device
 dims buffer (`dims[slots[name]]`), so one compiled plan serves every value of a dim.
 
-Kernel ABI: every argument is a 64-bit pointer, in the order (out, in0, .., in{k-1}, dims[, scratch]).
+Kernel ABI: every argument is a 64-bit pointer, in the order (out, in0, .., in{k-1}, dims[, scratch][, zeroed]):
+scratch when `scratch_bytes` is not 0, zeroed when `zeroed_bytes` is not 0.
 Every kernel bounds-checks against sizes computed from `dims`, so a launch of one block over an
 empty tensor is a no-op (CUDA graphs keep such nodes; eager launches skip them).
 """
@@ -74,6 +75,12 @@ class KernelOp(Op):
     def scratch_bytes(self) -> Expression:
         """Device scratch the kernel needs while it runs (live for this op's step only)."""
         return ZERO
+
+    def zeroed_bytes(self) -> int:
+        """Bytes of device memory the kernel needs zeroed before its first launch and leaves zeroed
+        when it ends (self-resetting counters): the runtime zeroes them once, when it allocates them,
+        and keeps them for the executor's life (every replay of the step's graph sees zeros)."""
+        return 0
 
     def reference(self, ins, in_dtypes, env):
         # Same semantics as the HLIR op: lets the reference executor run a CUDA LLIR in tests.

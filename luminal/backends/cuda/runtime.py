@@ -4,8 +4,9 @@ Loading renders every kernel op with the plan's dims slots, compiles the missing
 NVRTC program (cached in process and on disk) and lays out buffers: per-run inputs get their own
 device buffers, persistent inputs live in a `Resident` table shared by the plans (dim buckets) of
 one compiled model (bound once: `bind`), every kernel output and scratch gets an offset in one
-arena (memory.py), and an aliasing node (luminal/backends/aliasing.py: in-place KV-cache updates,
-zero-copy views) gets its root buffer's pointer plus its offset. Running:
+arena (memory.py), the ops' zeroed words (self-resetting counters) live in one buffer zeroed once,
+and an aliasing node (luminal/backends/aliasing.py: in-place KV-cache updates, zero-copy views)
+gets its root buffer's pointer plus its offset. Running:
 1. evaluate buffer sizes for the dims; replan/reallocate the arena only if a size outgrew its slot
    (a plan whose dims all have bucket bounds is sized at the bounds once: `set_bounds`);
 2. upload per-run inputs (a small one is skipped when its bytes did not change);
@@ -260,6 +261,7 @@ class CudaExecutor:
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
         self._scratch = {i: n.op.scratch_bytes() for i, n in computed if isinstance(n.op, KernelOp)}
         self._scratch = {i: e for i, e in self._scratch.items() if e != 0}
+        self._zeroed, self._zeroed_buf = self._zeroed_words(computed)
         self._grid_exprs = {k: st.grid for k, st in enumerate(self.steps)}
         self._alias_offsets = {i: off for i, (_, off) in self._alias.items()}
         self._alias_dynamic = any(off.dims() for off in self._alias_offsets.values())
@@ -294,6 +296,20 @@ class CudaExecutor:
         self._profiled = False
         self._fixed: dict[int, tuple[int, int]] | None = None  # input node -> (ptr, bytes) while profiling
         self._state: dict[str, tuple[int, int]] = {}  # state label -> (input node, output node)
+
+    def _zeroed_words(self, computed) -> tuple[dict[int, int], driver.DeviceBuffer | None]:
+        """One persistent buffer for every op's zeroed words (KernelOp.zeroed_bytes: self-resetting
+        counters), zeroed once here: node -> byte offset (256-aligned), and the buffer."""
+        offsets, total = {}, 0
+        for i, n in computed:
+            nbytes = n.op.zeroed_bytes() if isinstance(n.op, KernelOp) else 0
+            if nbytes:
+                offsets[i], total = total, total + (nbytes + 255) // 256 * 256
+        if not total:
+            return offsets, None
+        buf = driver.DeviceBuffer(total)
+        driver.memset8(buf.ptr, 0, total, self.dev.stream)
+        return offsets, buf
 
     # -- public -----------------------------------------------------------------------------------
     def run(self, feed: Mapping[str, np.ndarray], env: Mapping[str, int],
@@ -620,6 +636,8 @@ class CudaExecutor:
             ptrs = [self._ptrs[s.node], *(self._ptrs[j] for j in n.inputs), self._dims_buf.ptr]
             if s.scratch:
                 ptrs.append(self._arena.ptr + self._plan.offsets[("tmp", s.node)])
+            if s.node in self._zeroed:  # (after a null scratch pointer when the op has no scratch)
+                ptrs += [*([] if s.scratch else [0]), self._zeroed_buf.ptr + self._zeroed[s.node]]
             self._params.append(driver.Params(ptrs))
         if self._graph is not None:
             self._graph.destroy()

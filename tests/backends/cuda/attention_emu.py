@@ -2,7 +2,7 @@
 thread, warps emulated with barriers (shuffles, and the inline-asm intrinsics of the prefill kernel
 -- mma.m16n8k16, ldmatrix.x4 (.trans), cp.async -- replaced by functions that implement the PTX
 fragment layouts on the warp's exchanged registers). Every launch of the op runs in order with
-the op's grid, block, dims buffer and scratch, exactly as the CUDA runtime would launch them."""
+the op's grid, block, dims buffer, scratch and zeroed words, exactly as the CUDA runtime would launch them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from luminal.backends.cuda.kernel import PRELUDE
-from luminal.backends.cuda.kernels.attention import KernelAttention
+from luminal.backends.cuda.kernels.attention import KernelAttention, KernelAttentionRope
 from luminal.backends.cuda.kernels.attention_prefill import INTRINSICS_BEGIN, INTRINSICS_END
 from luminal.dtype import DType
 
@@ -29,6 +29,8 @@ using std::min;
 using std::max;
 struct uint4 { unsigned x, y, z, w; };
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct dim3 { unsigned x; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
@@ -57,6 +59,12 @@ static inline float __shfl_xor_sync(unsigned, float v, int off) {
   lanes[w][l] = v; warp_bar[w]->arrive_and_wait();
   const float r = lanes[w][l ^ off]; warp_bar[w]->arrive_and_wait(); return r;
 }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T> static inline T __ldcg(const T* p) { return *p; }
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -123,7 +131,8 @@ static inline void KNAME_cp_wait0() {}
 """
 
 RUN = r"""
-extern "C" void run_{entry}(void** ins, const long long* dims, float* scratch, int grid, int block) {{
+extern "C" void run_{entry}(void** ins, const long long* dims, float* scratch, unsigned* zeroed, int grid,
+                            int block) {{
   std::barrier<> bar(block); block_bar = &bar;
   std::barrier<> done(block);
   for (int i = 0; i < (block + 31) / 32; ++i) warp_bar[i] = new std::barrier<>(32);
@@ -133,7 +142,7 @@ extern "C" void run_{entry}(void** ins, const long long* dims, float* scratch, i
       threadIdx.x = t;
       for (int b = 0; b < grid; ++b) {{
         blockIdx.x = b;
-        {entry}(({T}*)ins[0], {args}dims, scratch);
+        {entry}(({T}*)ins[0], {args}dims, scratch, zeroed);
         done.arrive_and_wait();
       }}
     }});
@@ -169,7 +178,8 @@ class Emulated:
             parts.append(elem + code.replace("ELEM(", f"{kern.launches[0].name}_elem("))
             t = _CTYPE[op.dtype]
             args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
-            args += "".join(f"(const int*)ins[{k}], " for k in range(4, op.n_inputs + 1))
+            extra = "const float*" if isinstance(op, KernelAttentionRope) else "const int*"  # (cos, sin) / (rows, pos)
+            args += "".join(f"({extra})ins[{k}], " for k in range(4, op.n_inputs + 1))
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)
@@ -190,10 +200,12 @@ class Emulated:
         out = np.full(n + 8, np.nan, op.dtype.np)  # 8 past the end: must stay untouched
         size = int(op.scratch_bytes(self.variant).evaluate(grid_env or env))
         scratch = np.full(max(1, size // 4), np.nan, np.float32)
+        zeroed = np.zeros(max(1, op.zeroed_bytes(self.variant) // 4), np.uint32)  # as the runtime: zeroed once
         ptrs = (ctypes.c_void_p * (1 + len(ins)))(*(a.ctypes.data for a in (out, *ins)))
-        args = [ptrs, ctypes.c_void_p(dims.ctypes.data), ctypes.c_void_p(scratch.ctypes.data)]
+        args = [ptrs, *(ctypes.c_void_p(a.ctypes.data) for a in (dims, scratch, zeroed))]
         for ln in self.kernels[op].launches:  # as in a CUDA graph: a gated-off launch still runs one block
             grid = max(1, int(ln.grid.evaluate(env)), int(ln.grid.evaluate(grid_env or env)))
             getattr(self.so, f"run_{ln.name}")(*args, grid, ln.block)
         assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
+        assert not zeroed.any(), f"the kernels left their zeroed words at {zeroed[zeroed != 0][:8]}: not self-resetting"
         return out[:n]

@@ -3,7 +3,9 @@ pointer stability, graph build / patch / rebuild, persistent uploads, carry) run
 
 Device memory is numpy byte arrays at fake 256-aligned addresses; a "kernel launch" runs the
 kernel op's reference semantics (the HLIR op's) on the bytes behind its pointer arguments, so two
-live buffers that wrongly share arena bytes corrupt each other's results exactly as on a GPU.
+live buffers that wrongly share arena bytes corrupt each other's results exactly as on a GPU. An op
+with zeroed words (KernelOp.zeroed_bytes) checks they are zero, as its self-resetting kernel needs
+(fresh fake memory is 0xA5 garbage).
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ def dtoh(arr: np.ndarray, src: int, stream) -> None:
 def dtod(dst: int, src: int, nbytes: int, stream) -> None:
     if nbytes:
         mem(dst, nbytes)[:] = mem(src, nbytes).copy()
+
+
+def memset8(dst: int, value: int, nbytes: int, stream) -> None:
+    if nbytes:
+        mem(dst, nbytes)[:] = value
+        LOG.append(f"memset {nbytes}")
 
 
 class Params:
@@ -267,8 +275,12 @@ def _runner(ex, i: int):
     node = ex.nodes[i]
     in_dts = tuple(ex.nodes[j].dtype for j in node.inputs)
 
+    zeroed = node.op.zeroed_bytes()
+
     def run(values):
         out, ins, dims = values[0], values[1 : 1 + len(node.inputs)], values[1 + len(node.inputs)]
+        if zeroed and mem(values[-1], zeroed).any():  # the kernel's counters must start at zero
+            raise BackendError(f"fake device: {type(node.op).__name__}'s zeroed words are not zero")
         dv = mem(dims, 8 * max(1, len(ex.slots))).view(np.int64)
         env = {d: int(dv[k]) for d, k in ex.slots.items()}
         arrays = [mem(p).view(np.uint8)[: mem(p).size // dt.itemsize * dt.itemsize].view(dt.np) for p, dt in

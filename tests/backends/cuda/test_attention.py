@@ -90,11 +90,17 @@ class _Cache(nn.KVCache):
         return tuple(g.tensor(f"{self.name}.{kv}", shape, self.dt).persist() for kv in "kv")
 
 
-def _block(dt=lm.f32, window=None, hd=64, cap=24, cache=True, groups=2, n_kv=2) -> lm.Graph:
-    """The attention of nn.Attention on q/k/v inputs: cache update, causal mask, GQA, attend."""
+def _block(dt=lm.f32, window=None, hd=64, cap=24, cache=True, groups=2, n_kv=2, rope=False) -> lm.Graph:
+    """The attention of nn.Attention on q/k/v inputs: cache update, causal mask, GQA, attend; `rope`:
+    q rotated first (nn.RoPE, as the models do)."""
     g = lm.Graph()
     s, p = dim("s"), dim("p")
-    q = g.tensor("q", ("s", n_kv * groups, hd), dt)
+    if rope:  # q projected (a matmul's output, as llama's q), then rotated
+        w = g.tensor("wq", (32, n_kv * groups * hd), dt)
+        q = (g.tensor("xq", ("s", 32), dt) @ w).reshape(s, n_kv * groups, hd)
+        q = nn.RoPE(g, "rope", hd, p if cache else lm.shape.expr.ZERO, s)(q)
+    else:
+        q = g.tensor("q", ("s", n_kv * groups, hd), dt)
     k, v = (g.tensor(n, ("s", n_kv, hd), dt).permute(1, 0, 2) for n in "kv")  # (n_kv, s, hd)
     past = p if cache else lm.shape.expr.ZERO
     if cache:
@@ -150,18 +156,71 @@ def test_every_sampled_extraction_agrees():
     assert fused >= 1 and len(seen) - fused >= 1, (fused, len(seen))  # both plans were sampled
 
 
+def test_q_rotary_loads_inside_attention():
+    """attn-rope: a bf16 q rotated by nn.RoPE is loaded rotated by KernelAttentionRope (no launch of
+    its own); the plan equals the oracle, prefill and decode. llama's too; not qwen3's (normed first)."""
+    g = _block(dt=lm.bf16, rope=True)
+    llir = _preferred(g)
+    assert [type(op).__name__ for op in _fused(llir)] == ["KernelAttentionRope"], llir.op_counts()
+    for s, p in ((5, 0), (1, 7), (3, 20)):
+        env = {"s": s, "p": p}
+        feed = _feed(g, env, seed=s + p)
+        got, want = CpuCudaBackend().load(llir).run(feed, env), oracle(g, feed, env)
+        assert_matches(np.asarray(got["y"]).reshape(want["y"].shape), want["y"], lm.bf16, 2.0, f"s={s} p={p}")
+    for cfg, want in ((LLAMA, "KernelAttentionRope"), (QWEN3, "KernelAttention")):  # qwen3: its q-norm rotates
+        assert [type(op).__name__ for op in _fused(_preferred(llama.Transformer(cfg, 32, "bf16").graph))] == [want]
+
+
+def test_every_sampled_extraction_of_a_rotated_q_agrees():
+    g = _block(dt=lm.bf16, rope=True, window=4)
+    view = build_egraph(g, CpuCudaBackend())
+    env = {"s": 3, "p": 6}
+    feed = _feed(g, env, seed=4)
+    want = oracle(g, feed, env)["y"]
+    rng = random.Random(3)
+    seen, kinds = set(), set()
+    gens = [view.preferred_genome(preference(CpuCudaBackend()))] + [view.random_genome(rng) for _ in range(14)]
+    for gen in gens:
+        llir = view.extract(view.repair(gen))
+        if llir.fingerprint() in seen:
+            continue
+        seen.add(llir.fingerprint())
+        kinds |= {type(op).__name__ for op in _fused(llir)} or {"unfused"}
+        got = CpuCudaBackend().load(llir).run(feed, env)["y"]
+        assert_matches(np.asarray(got).reshape(want.shape), want, lm.bf16, 2.0, str(llir.op_counts()))
+    assert "KernelAttentionRope" in kinds and len(kinds) >= 2, kinds
+
+
 # -- GPU -------------------------------------------------------------------------------------------------
 @pytest.mark.cuda
-@pytest.mark.parametrize("dt,window", [(lm.f32, None), (lm.f16, 5), (lm.bf16, None)], ids=["f32", "f16-window", "bf16"])
-def test_attention_block_on_the_gpu(dt, window):
-    """The compiled block (fused) against the reference backend, prefill and decode, odd sizes."""
-    g = _block(dt=dt, window=window, hd=128, cap=4200)
+@pytest.mark.parametrize(
+    "dt,window,rope",
+    [(lm.f32, None, False), (lm.f16, 5, False), (lm.bf16, None, False), (lm.bf16, 7, True), (lm.f16, None, True)],
+    ids=["f32", "f16-window", "bf16", "bf16-window-rope", "f16-rope"],
+)
+def test_attention_block_on_the_gpu(dt, window, rope):
+    """The compiled block (fused; `rope`: q rotated in attention's load) against the reference backend,
+    prefill and decode, odd sizes."""
+    g = _block(dt=dt, window=window, hd=128, cap=4200, rope=rope)
     m, ref = g.compile("cuda", cache=False), g.compile("reference", cache=False)
-    assert _fused(m.plans[0]), m.plans[0].op_counts()
+    kinds = [type(op).__name__ for op in _fused(m.plans[0])]
+    assert kinds == ["KernelAttentionRope" if rope else "KernelAttention"], m.plans[0].op_counts()
     for s, p in ((127, 0), (3, 17), (1, 4096), (17, 50), (1, 0)):
         feed = _feed(g, {"s": s, "p": p}, seed=s + p, scale=0.3)
         got, want = m.run(feed, dims={"p": p}), ref.run(feed, dims={"p": p})
         assert_matches(got["y"], want["y"], dt, 2.0, f"y s={s} p={p}")
+
+
+@pytest.mark.cuda
+def test_decode_steps_replay_the_graph_with_self_resetting_tickets():
+    """Decode steps replayed from one CUDA graph: the split decode kernel's tickets must be back at
+    zero after every step (else a later step merges early or never), so every step equals the reference."""
+    g = _block(dt=lm.bf16, hd=128, cap=4200)
+    m, ref = g.compile("cuda", cache=False), g.compile("reference", cache=False)
+    for k, p in enumerate((4000, 4000, 2100, 4000, 300, 300, 4000)):
+        feed = _feed(g, {"s": 1, "p": p}, seed=k, scale=0.3)
+        got, want = m.run(feed, dims={"p": p}), ref.run(feed, dims={"p": p})
+        assert_matches(got["y"], want["y"], lm.bf16, 2.0, f"y step {k} p={p}")
 
 
 @pytest.mark.cuda

@@ -1,10 +1,12 @@
 """KernelAttention's kernels (kernels/attention*.py): every variant compiles for sm_90 with NVRTC;
-on the CPU (g++ emulation, attention_emu.py) the decode, combine, f32-rows and tensor-core prefill
-kernels compute attention over odd sizes, masks and dtypes, equal to the f64 reference; `render`
+on the CPU (g++ emulation, attention_emu.py) the split decode kernel (the last split to arrive
+merges the others), the f32-rows and the tensor-core prefill kernels compute attention over odd
+sizes, masks and dtypes, equal to the f64 reference, and leave their tickets at zero; `render`
 and `spec` refuse what the kernels do not cover. GPU (`cuda`): the same launches on the device."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
-from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttention
+from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttention, KernelAttentionRope
 from luminal.backends.cuda.kernels.attention_decode import DECODE, THREADS, VARIANTS, DecodeVariant
 from luminal.dtype import DType
 from luminal.errors import BackendError
@@ -42,7 +44,7 @@ def make_op(n_kv=2, groups=2, hd=64, dt=DType.bf16, cap=None, causal=True, windo
 
 def inputs(op: KernelAttention, env: dict, seed: int):
     rng = np.random.default_rng(seed)
-    (qs, _), (ks, kst), _ = op.input_views()
+    (qs, _), (ks, kst), _ = KernelAttention.input_views(op)[:3]
     nq = int(np.prod([int(d.evaluate(env)) for d in qs]))
     rows = int(kst[0].substitute("z", 1).evaluate(env)) * int(ks[0].evaluate(env))
     q = rng.uniform(-1, 1, nq).astype(op.dtype.np)
@@ -70,7 +72,7 @@ def test_every_variant_compiles_for_sm90(no_cache):
 
 
 def test_decode_kernels_keep_their_register_budget():
-    """ptxas (through NVRTC): the decode, combine and f32 rows kernels at every head_dim and dtype, and
+    """ptxas (through NVRTC): the decode and f32 rows kernels at every head_dim and dtype, and
     every schedule the bench sweeps, fit the `__launch_bounds__` promise of their variant (<= 65536 /
     (THREADS * min_blocks) registers: 128 for the default's 4 blocks per SM) without spilling; the
     default prefill kernel does not spill at head_dim <= 128 (at 256: at most 64 bytes; was 228)."""
@@ -93,10 +95,10 @@ def test_decode_kernels_keep_their_register_budget():
 
 def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
     op = make_op(n_kv=8, groups=4, hd=128)
-    dec, comb, pre = op.render(SLOTS).launches
+    dec, pre = op.render(SLOTS).launches  # one launch per path: the decode kernel merges its own splits
     for p in (0, 1000, 30000):  # the decode step's graph never changes as the context grows
         assert dec.grid.evaluate({"s": 1, "p": p}) == dec.grid.evaluate({"s": 1, "p": 0}) > 0
-    assert pre.grid.evaluate({"s": 1, "p": 5}) == 0 and comb.grid.evaluate({"s": 1, "p": 5}) == 32
+    assert pre.grid.evaluate({"s": 1, "p": 5}) == 0
     assert dec.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0}) == 0 < pre.grid.evaluate({"s": DECODE_ROWS + 1, "p": 0})
     assert pre.shared == 0 and dec.block == pre.block == 128
 
@@ -111,13 +113,13 @@ def test_a_literal_s_renders_only_the_path_that_runs(dt, no_cache):
                                      "window", "scale", "softcap", "dtype")]  # fmt: skip
     other = "_rows" if dt == DType.f32 else "_pre"
     kernels = []
-    for s, want in ((1, ("_dec", "_comb")), (DECODE_ROWS, ("_dec", "_comb")), (DECODE_ROWS + 1, (other,))):
+    for s, want in ((1, ("_dec",)), (DECODE_ROWS, ("_dec",)), (DECODE_ROWS + 1, (other,))):
         kern = KernelAttention(*head, num(s), *tail).render(SLOTS)
         names = [ln.name for ln in kern.launches]
         assert [n[n.rindex("_") :] for n in names] == list(want), names
         assert all(f"{n}(" in kern.code for n in names) and kern.code.count("__global__") == len(names), names
         kernels.append(kern)
-    assert len(op.render(SLOTS).launches) == 3  # a symbolic s keeps both paths, each gated on s
+    assert len(op.render(SLOTS).launches) == 2  # a symbolic s keeps both paths, each gated on s
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
 
 
@@ -246,14 +248,19 @@ def run_on_gpu(op: KernelAttention, q, k, v, env: dict, variant=None) -> np.ndar
     for b, a in zip(bufs, host, strict=True):
         driver.htod(b.ptr, a, dev.stream)
     scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes(variant).evaluate(env))))
-    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr])
+    zeroed = np.zeros(op.zeroed_bytes(variant) // 4, np.uint32)
+    zbuf = driver.DeviceBuffer(max(256, zeroed.nbytes))
+    driver.htod(zbuf.ptr, zeroed, dev.stream)
+    params = driver.Params([*(b.ptr for b in bufs), scratch.ptr, zbuf.ptr])
     for ln in kern.launches:
         grid = max(1, int(ln.grid.evaluate(env)))
         driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
     out = np.empty(n + 8, op.dtype.np)
     driver.dtoh(out, bufs[0].ptr, dev.stream)
+    driver.dtoh(zeroed, zbuf.ptr, dev.stream)
     dev.synchronize()
     assert np.isnan(out[n:].astype(np.float32)).all(), "the kernel wrote past its output"
+    assert not zeroed.any(), "the decode kernel's tickets did not reset to zero"
     return out[:n]
 
 
@@ -319,3 +326,79 @@ def test_prefill_schedules_on_the_gpu(variant):
                 assert_matches(
                     got, expected(op, q, k, v, env), dt, 1.0, f"{variant.name} {dt} hd={hd} s={s} t={t} {kw}"
                 )
+
+
+# -- q rotated at its load (KernelAttentionRope) ----------------------------------------------------------
+def make_rope_op(**kw) -> KernelAttentionRope:
+    """make_op's attention with q = rotate(x) as nn/rope.py spells it: x a slice of a wider
+    (s, heads * hd + 64) row (the stacked q/k/v GEMV's), cos read from an (s, hd/2) table, sin from
+    an (s, 1, hd) one, rot(z) the halves-swapping index."""
+    base = make_op(**kw)
+    groups, n_kv, hd = base.groups.value, base.n_kv.value, base.head_dim.value
+    heads, h, s = n_kv * groups, hd // 2, var("s")
+    shape = (s, num(heads), num(hd))
+    xst = (z * (heads * hd + 64), z * hd, z)
+    rot = (z // hd) * hd + (z % hd + h) % hd
+    fields = [getattr(base, f.name) for f in dataclasses.fields(KernelAttention)]
+    return KernelAttentionRope(*fields, shape, xst, (z * h, num(0), z % h), rot, (z * hd, num(0), z))
+
+
+def rope_inputs(op: KernelAttentionRope, env: dict, seed: int):
+    rng = np.random.default_rng(seed)
+    s, heads, hd = (int(d.evaluate(env)) for d in op.shape)
+    _, k, v = inputs(op, env, seed)
+    x = rng.uniform(-1, 1, (s, heads * hd + 64)).astype(op.dtype.np)
+    ang = rng.uniform(0, 6.3, (s, hd // 2))
+    cos = np.cos(ang).astype(np.float32)
+    sin = (np.concatenate([-np.sin(ang), np.sin(ang)], 1)).astype(np.float32)  # rotate_half's signs folded in
+    return x.reshape(-1), k, v, cos.reshape(-1), sin.reshape(-1)
+
+
+def test_rope_reference_is_attention_of_the_rotated_q():
+    op = make_rope_op(n_kv=2, groups=2, hd=64, dt=DType.f32)
+    env = {"s": 3, "p": 5}
+    x, k, v, cos, sin = rope_inputs(op, env, seed=1)
+    xq = x.reshape(3, -1)[:, : 4 * 64].reshape(3, 4, 64).astype(np.float32)
+    c = np.concatenate([cos.reshape(3, 32)] * 2, 1)[:, None, :]
+    half = np.concatenate([-xq[..., 32:], xq[..., :32]], -1)  # transformers' rotate_half
+    sn = np.concatenate([sin.reshape(3, 64)[:, 32:]] * 2, 1)[:, None, :]  # +sin on both halves
+    q = (xq * c + half * sn).astype(np.float32).reshape(-1)
+    want = KernelAttention(*(getattr(op, f.name) for f in dataclasses.fields(KernelAttention))).reference(
+        [q, k, v], (DType.f32,) * 3, env
+    )
+    np.testing.assert_allclose(op.reference([x, k, v, cos, sin], (DType.f32,) * 5, env), want, rtol=1e-5, atol=1e-6)
+
+
+ROPE_CASES = {  # decode with several splits, f32 rows, bf16 tensor-core prefill, f16 at d = 128
+    "dec-bf16-s1": (dict(), 1, 300),
+    "dec-f16-hd128-s2": (dict(dt=DType.f16, hd=128), 2, 90),
+    "rows-f32-s12": (dict(dt=DType.f32), 12, 3),
+    "pre-bf16-s17": (dict(), 17, 20),
+}
+
+
+@needs_gxx
+def test_rope_kernels_compute_attention_on_cpu(tmp_path):
+    from tests.backends.cuda.attention_emu import Emulated
+
+    ops = {name: make_rope_op(**kw) for name, (kw, _, _) in ROPE_CASES.items()}
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path)
+    for name, (_, s, p) in ROPE_CASES.items():
+        op, env = ops[name], {"s": s, "p": p}
+        ins = rope_inputs(op, env, seed=len(name))
+        want = op.reference(list(ins), (op.dtype,) * 3 + (DType.f32,) * 2, env)
+        assert_matches(emu.run(op, *ins, env=env), want, op.dtype, 1.0, name)
+
+
+def test_rope_kernels_compile_for_sm90_without_spills(no_cache):
+    """The rotating kernels compile; the decode / rows kernels keep the 128-register promise without
+    spilling (rotating in the unrolled q load spilled ~150 bytes: q is rotated into shared memory)."""
+    from tests.backends.cuda.test_gemv import ptxas_usage
+
+    shapes = ((64, DType.bf16), (128, DType.f16), (128, DType.bf16), (256, DType.f32))
+    kernels = [make_rope_op(n_kv=8, groups=4, hd=hd, dt=dt).render(SLOTS) for hd, dt in shapes]
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+    usage = ptxas_usage(kernels)
+    for ln in (ln for k in kernels for ln in k.launches):
+        regs, spill = usage[ln.name]
+        assert ln.name.startswith("attnr_") and spill == 0 and (regs <= 128 or ln.name.endswith("_pre")), (ln, regs)

@@ -127,7 +127,9 @@ def test_paged_kernels_on_the_gpu(dt):
             for buf, a in zip(bufs, host, strict=True):
                 driver.htod(buf.ptr, a, dev.stream)
             scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
-            params = driver.Params([*(buf.ptr for buf in bufs), scratch.ptr])
+            zeroed = driver.DeviceBuffer(max(256, op.zeroed_bytes()))
+            driver.memset8(zeroed.ptr, 0, zeroed.nbytes, dev.stream)
+            params = driver.Params([*(buf.ptr for buf in bufs), scratch.ptr, zeroed.ptr])
             for ln in kern.launches:
                 grid = max(1, int(ln.grid.evaluate(env)))
                 driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)

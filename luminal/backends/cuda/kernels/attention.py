@@ -14,9 +14,10 @@ tensor-core P @ V, as every flash kernel does). The reference below computes the
 f64: a fused plan is at least as accurate as the unfused one, which rounds the scores to the input
 dtype before the softmax.
 
-Launches (render): the decode path (split-KV flash-decoding + a combine pass, attention_decode.py)
-runs when s <= DECODE_ROWS, the prefill path otherwise (tensor-core flash attention for
-bf16/f16, attention_prefill.py; for f32 the decode kernel without splitting). Each launch's grid is
+Launches (render): the decode path (split-KV flash-decoding in one launch, the last split of a row
+block merging the others: attention_decode.py; its tickets are the op's zeroed words) runs when
+s <= DECODE_ROWS, the prefill path otherwise (tensor-core flash attention for bf16/f16,
+attention_prefill.py; for f32 the decode kernel without splitting). Each launch's grid is
 gated on s (0 blocks when it is the other path's turn; a CUDA graph's one-block launch then
 returns at once), and the decode grid does not depend on t, so a decode step's graph is never
 patched as the context grows.
@@ -25,7 +26,7 @@ patched as the context grows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -79,7 +80,7 @@ class KernelAttention(KernelOp):
         return ((q_shape, self.q_strides), (kv_shape, self.k_strides), (kv_shape, self.v_strides))
 
     def reference(self, ins, in_dtypes, env):
-        (qs, qst), (ks, kst), (_, vst) = self.input_views()
+        (qs, qst), (ks, kst), (_, vst) = KernelAttention.input_views(self)[:3]  # (q: the rotated one, for rope)
         q = view(ins[0], qs, qst, env).astype(np.float64)  # (n_kv, g, s, hd)
         k = view(ins[1], ks, kst, env).astype(np.float64)  # (n_kv, t, hd)
         v = view(ins[2], ks, vst, env).astype(np.float64)
@@ -127,6 +128,10 @@ class KernelAttention(KernelOp):
         rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS))
         return rows * num(dec.splits(sp) * (sp.head_dim + 2) * 4)
 
+    def zeroed_bytes(self, variant: dec.DecodeVariant | None = None) -> int:
+        # the split decode kernel's self-resetting tickets, one per row block at up to DECODE_ROWS rows
+        return 4 * dec.ticket_words(self.spec(variant), DECODE_ROWS)
+
     def render(self, slots, variant: dec.DecodeVariant | None = None) -> Kernel:
         sp = self.spec(variant)
         decls = dim_decls(self.dim_names(), slots)
@@ -134,12 +139,10 @@ class KernelAttention(KernelOp):
         big = num(1) - small
         nsplit = dec.splits(sp)
         on_decode, on_prefill = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"  # when each path skips
-        rows = num(sp.n_kv * sp.groups) * self.s
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
         paths = [  # (code, entry suffix, grid, threads)
             (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
              dec.THREADS),
-            (dec.combine_code(sp, decls, nsplit, on_decode), "_comb", rows * small, sp.head_dim),
         ]  # fmt: skip
         if sp.dtype == DType.f32:
             paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
@@ -154,6 +157,47 @@ class KernelAttention(KernelOp):
         name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))  # no math.h
         launches = [Launch(name + tag, grid, threads) for _, tag, grid, threads in live]
         return Kernel(code, tuple(launches), headers(sp.dtype))
+
+
+@dataclass(frozen=True)
+class KernelAttentionRope(KernelAttention):
+    """KernelAttention whose q is rotated (rotary embedding) as the kernel loads it, unioned by the rule
+    `attn-rope` (attention.egg) with a KernelAttention whose q is dt(xf * cos + rot(xf) * sin), xf the
+    f32 cast of x: saves the q rotary's own launch. Extra fields, over `shape` (s, heads, head_dim)
+    of the rotated q (attention_decode.Rope): x's view `xst`, the cos and sin views `ca` and `sb`, and
+    `rot`, the flat index of each element's partner (the halves-swapping Gather's Iota). Inputs
+    (x, k, v, cos, sin); cos and sin are f32. q_strides read the rotated q (contiguous over `shape`)."""
+
+    shape: EList
+    xst: EList
+    ca: EList
+    rot: Expression
+    sb: EList
+    n_inputs: ClassVar[int] = 5  # (x, k, v, cos, sin)
+    prefix: ClassVar[str] = "attnr"
+
+    def input_views(self):
+        q, k, v = super().input_views()
+        return ((self.shape, self.xst), k, v, (self.shape, self.ca), (self.shape, self.sb))
+
+    def rotated_q(self, ins, env) -> np.ndarray:
+        """The rotated q, flat over `shape`, as the unfused plan computes it: f32 products and sum,
+        rounded to the dtype."""
+        xf = view(ins[0], self.shape, self.xst, env).astype(np.float32).reshape(-1)
+        rot = np.broadcast_to(np.asarray(self.rot.evaluate({**env, "z": np.arange(xf.size)}), np.int64), xf.shape)
+        cos, sin = (view(ins[k], self.shape, st, env).astype(np.float32).reshape(-1) for k, st in
+                    ((3, self.ca), (4, self.sb)))  # fmt: skip
+        return (xf * cos + xf[rot] * sin).astype(self.dtype.np)
+
+    def reference(self, ins, in_dtypes, env):
+        q = self.rotated_q(ins, env)
+        return super().reference([q, ins[1], ins[2]], in_dtypes[:3], env)
+
+    def spec(self, variant: dec.DecodeVariant | None = None) -> dec.Spec:
+        sp = super().spec(variant)
+        if len(self.shape) != 3 or not all(len(st) == 3 for st in (self.xst, self.ca, self.sb)):
+            raise BackendError(f"KernelAttentionRope: views of 3 axes expected, got shape {self.shape}")
+        return replace(sp, rope=dec.Rope(tuple(self.shape), tuple(self.xst), tuple(self.ca), self.rot, tuple(self.sb)))
 
 
 def attention_f64(q, k, v, scale, softcap, causal, past, window, s, t):
@@ -175,4 +219,4 @@ def attention_f64(q, k, v, scale, softcap, causal, past, window, s, t):
         return np.einsum("hgij,hjd->hgid", e, v) / e.sum(-1, keepdims=True)
 
 
-ATTENTION_KERNELS = (KernelAttention,)
+ATTENTION_KERNELS = (KernelAttentionRope, KernelAttention)  # preference order

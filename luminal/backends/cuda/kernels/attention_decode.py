@@ -1,5 +1,6 @@
-"""Split-KV flash-decoding for KernelAttention (attention.py): CUDA C of the decode kernel and the
-combine pass, and the C pieces the prefill kernel shares (dtype conversions, the q index).
+"""Split-KV flash-decoding for KernelAttention (attention.py) in one launch: CUDA C of the decode
+kernel (its last split to arrive merges the others), and the C pieces the prefill kernel shares
+(dtype conversions, the q index).
 
 Decode kernel: one block of THREADS threads per (kv head, group chunk of R query heads, query row
 i, KV split). The block reads its slice of the visible key range [lo, hi) of row i once and uses
@@ -17,10 +18,15 @@ for f32, no spills; test_attention_kernels.py checks).
 The grid is fixed for the plan (NSPLIT splits per row, sized for target_blocks blocks at one query
 row: one wave of 4 blocks per SM); the live length comes from the dims buffer and fixes how many
 splits are used (chunks of at least min_chunk keys, whole loop steps), so the grid never changes
-with p. With NSPLIT = 1 (the f32 prefill path) the block writes the output; otherwise it writes
-(acc, m, l) partials to scratch and the combine pass (one block of head_dim threads per row, the
-splits' (m, l) staged in shared memory) merges the used splits. Scores are in log2 units (q is
-pre-multiplied by scale * log2 e), so the exponentials are exp2f.
+with p. With one used split (always at NSPLIT = 1, the f32 prefill path) the block writes the
+output; otherwise it writes (acc, m, l) partials to scratch, fences, and takes a ticket of its row
+block (atomicAdd on a word of the op's zeroed buffer, KernelOp.zeroed_bytes); the block that draws
+the last ticket resets the word to 0 (so a CUDA graph replays from zeros) and merges the used
+splits (`merge_code`: one warp per query head weighs the splits, then each thread sums the
+weighted partials of 4 consecutive outputs, 16-byte loads through L2, 8 in flight). This replaced
+a second, combine launch (3.7-3.9 us per layer on the H200, session 5). Scores are in log2 units
+(q is pre-multiplied by scale * log2 e), so the exponentials are exp2f. KernelAttentionRope's q is
+rotated as it is loaded (`q_value`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from luminal.backends.cuda.kernel import c_expr, load, store
+from luminal.backends.cuda.kernel import c_expr, index_c, load, store
 from luminal.dtype import DType
 from luminal.shape.expr import Expression
 
@@ -47,7 +53,9 @@ class DecodeVariant:
     min_chunk: int = 64  # keys per split at least: below that a split's fixed cost dominates
     unroll: int = 4  # keys per lane and loop step: 2 * unroll 16-byte loads (K and V) in flight per lane
     min_blocks: int = 4  # __launch_bounds__ promise: resident blocks per SM (4: <= 128 registers)
-    prefetch: int = 1  # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none)
+    # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none; measured on the
+    # H200, session 5: the prefetch a step ahead made the kernel 1.10-1.20x slower at 1k-32k keys)
+    prefetch: int = 0
     prefill_blocks: int = 0  # the prefill kernel's __launch_bounds__ promise at head_dim <= 128 (0: none)
 
     @property
@@ -59,12 +67,25 @@ class DecodeVariant:
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(prefetch=0), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
+    for v in (DECODE, DecodeVariant(prefetch=1), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
               DecodeVariant(prefill_blocks=3))  # 3 blocks per SM: ptxas spills ~60 B at d = 128
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rope:
+    """q rotated as the kernel loads it (KernelAttentionRope, attention_rope.py): element e of the
+    (s, heads, head_dim) q is dt(xf(e) * cos[ca(e)] + xf(rot(e)) * sin[sb(e)]) with xf(e) = f32(x[xst(e)]),
+    views over `shape`; rot the flat index (a z-expression) of e's partner."""
+
+    shape: tuple[Expression, ...]
+    xst: tuple[Expression, ...]
+    ca: tuple[Expression, ...]
+    rot: Expression
+    sb: tuple[Expression, ...]
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,7 @@ class Spec:
     softcap: float
     variant: DecodeVariant = DECODE
     paged: bool = False  # keys through a page table: inputs (.., rows (s, t) slots, pos (s,) positions)
+    rope: Rope | None = None  # q rotated at its load: inputs (x, k, v, cos, sin)
 
 
 def rows_per_block(sp: Spec) -> int:
@@ -152,6 +174,21 @@ def q_index(sp: Spec, h: str, g: str, i: str, d: str) -> str:
     return " + ".join(f"({c_expr(st, v)})" for st, v in zip(sp.q_strides, (h, g, i, d), strict=True))
 
 
+def q_value(sp: Spec, h: str, g: str, i: str, d: str) -> str:
+    """C float of q's element (kv head, group, row, dim): the stored value, or (sp.rope) x rotated in
+    f32 (no FMA contraction: the unfused plan's two products and sum) and rounded to the dtype, as
+    the unfused plan stores it."""
+    dt = sp.dtype
+    if sp.rope is None:
+        return load(dt, f"q[{q_index(sp, h, g, i, d)}]")
+    r, e = sp.rope, f"({q_index(sp, h, g, i, d)})"
+    rot = f"({c_expr(r.rot, e)})"
+    xa, xb = (load(dt, f"q[{index_c(r.shape, r.xst, z)}]") for z in (e, rot))
+    c, sn = index_c(r.shape, r.ca, e), index_c(r.shape, r.sb, e)
+    v = f"__fadd_rn(__fmul_rn({xa}, cosv[{c}]), __fmul_rn({xb}, sinv[{sn}]))"
+    return load(dt, store(dt, v))
+
+
 def score_code(sp: Spec, x: str) -> str:
     """C turning a raw dot product `x` (q pre-multiplied by q_scale(sp)) into the log2-unit score."""
     if not sp.softcap:
@@ -185,11 +222,21 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
 """
 
 
-def _params(t: str, paged: bool = False) -> str:
+def _params(t: str, paged: bool = False, rope: bool = False) -> str:
+    """Every entry's parameters: (out, q, k, v[, rows, pos][, cos, sin], dims, scratch, zeroed) --
+    `zeroed` the op's persistent zero-initialised words (KernelOp.zeroed_bytes: the decode kernel's
+    tickets)."""
     table = "const int* __restrict__ rows, const int* __restrict__ pos, " if paged else ""
+    table += "const float* __restrict__ cosv, const float* __restrict__ sinv, " if rope else ""
     return (f"({t}* __restrict__ out, const {t}* __restrict__ q, const {t}* __restrict__ k, "
-            f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch)"
-            ).replace("{t}", t)  # fmt: skip
+            f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch, "
+            "unsigned* __restrict__ zeroed)")  # fmt: skip
+
+
+def ticket_words(sp: Spec, rows: int) -> int:
+    """Ticket counters the split decode kernel needs: one per (kv head, group chunk, query row) for
+    up to `rows` query rows."""
+    return sp.n_kv * group_chunks(sp) * rows
 
 
 def _past(sp: Spec) -> str:
@@ -202,6 +249,21 @@ def _past(sp: Spec) -> str:
 def _key(sp: Spec, j: str) -> str:
     """C of key j's row index in the k / v buffers: j, or its slot through the page table."""
     return f"(long long)rr[{j}]" if sp.paged else j
+
+
+def _rope_stage(sp: Spec) -> str:
+    """C: the block's R rotated q rows computed once into shared memory (a plain loop: rotating in the
+    unrolled register load of q made ptxas spill ~150 bytes)."""
+    if sp.rope is None:
+        return ""
+    r_, hd = rows_per_block(sp), sp.head_dim
+    return f"""  __shared__ float sm_q[{r_ * hd}];
+  for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS}) {{
+    const long long qg = (long long)gc * {r_} + o / {hd}, qd = o % {hd};
+    sm_q[o] = {q_value(sp, "h", "qg", "i", "qd")};
+  }}
+  __syncthreads();
+"""
 
 
 def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
@@ -237,22 +299,22 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
         )
         return f"{ind}if (threadIdx.x % {lpk} == 0) {{  // L2 prefetch\n{one}{ind}}}\n" if keys else ""
 
-    if direct:
-        early = f"""  if (split >= nsplit) {{  // (nsplit is 0: no visible key)
-    for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
-      out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
+    early = f"""  if (split >= nsplit) {{  // nsplit is 0 (no visible key): split 0 writes the rows
+    if (split == 0)
+      for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
+        out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
     return;
   }}
 """
-        result = f"      out[row * {hd} + d] = {store(dt, 'A / L')};\n"
-    else:
-        early = "  if (split >= nsplit) return;\n"
-        result = (f"      scratch[(row * {nsplit} + split) * {hd} + d] = A;\n"
-                  f"      if (d == 0) {{ float* ml = scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * hd} + "
-                  f"(row * {nsplit} + split) * 2; ml[0] = M; ml[1] = L; }}\n")  # fmt: skip
+    result = f"      out[row * {hd} + d] = {store(dt, 'A / L')};\n"
+    if not direct:  # one used split writes the output itself; more write partials, the last one merges
+        result = (f"      if (nsplit == 1) {{\n  {result}      }} else {{\n"
+                  f"        scratch[(row * {nsplit} + split) * {hd} + d] = A;\n"
+                  f"        if (d == 0) {{ float* ml = {_ml(sp, nsplit, 'row')} + split * 2; ml[0] = M; ml[1] = L; }}\n"
+                  "      }\n")  # fmt: skip
     bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
     return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
-KNAME_{tag}{_params(t, sp.paged)} {{
+KNAME_{tag}{_params(t, sp.paged, sp.rope is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)};
@@ -269,14 +331,14 @@ KNAME_{tag}{_params(t, sp.paged)} {{
   const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
   const {t}* kp = k + h * ({ksh}) + d0;
   const {t}* vp = v + h * ({vsh}) + d0;
-{prefetch("kb + slot", range(pf))}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
+{prefetch("kb + slot", range(pf))}{_rope_stage(sp)}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];
 #pragma unroll
   for (int r = 0; r < {r_}; ++r) {{
     const long long qg = (long long)gc * {r_} + r;
 #pragma unroll
     for (int e = 0; e < {dl}; ++e) {{
       const long long qd = d0 + e;
-      qr[r][e] = {load(dt, f"q[{q_index(sp, 'h', 'qg', 'i', 'qd')}]")} * {q_scale(sp)!r}f;
+      qr[r][e] = {q_value(sp, "h", "qg", "i", "qd") if sp.rope is None else f"sm_q[r * {hd} + qd]"} * {q_scale(sp)!r}f;
       acc[r][e] = 0.0f;
     }}
     m[r] = -INFINITY;
@@ -354,38 +416,68 @@ KNAME_{tag}{_params(t, sp.paged)} {{
       const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
 {result}    }}
   }}
-}}
+{"" if direct else merge_code(sp, nsplit)}}}
 """
 
 
-def combine_code(sp: Spec, decls: str, nsplit: int, skip: str) -> str:
-    """One block of head_dim threads per output row: merges the row's used splits (the decode
-    kernel's range function, KNAME_range_dec, is in the same code)."""
-    t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
-    rows = f"{sp.n_kv * sp.groups}LL * S"
-    return f"""extern "C" __global__ void __launch_bounds__({hd}) KNAME_comb{_params(t, sp.paged)} {{
-{decls}  const long long S = {c_expr(sp.s)};
-  if (S == 0 || {skip}) return;
-  const long long T = {c_expr(sp.t)};
-  const long long row = blockIdx.x;
-  if (row >= {rows}) return;
-  const long long i = row % S;
-{_past(sp)}  long long lo, hi, chunk;
-  const int nsplit = KNAME_range_dec(T, past, i, &lo, &hi, &chunk);
-  const float* acc = scratch + row * {nsplit * hd};
-  const float* ml = scratch + {rows} * {nsplit * hd} + row * {2 * nsplit};
-  const int d = threadIdx.x;
-  __shared__ float sm_ml[{2 * nsplit}], sm_w[{nsplit}];  // the splits' (m, l), then their weights
-  for (int o = d; o < 2 * nsplit; o += {hd}) sm_ml[o] = ml[o];
+def _ml(sp: Spec, nsplit: int, row: str) -> str:
+    """C of the address of row `row`'s (m, l) pairs in scratch (after every row's accumulators)."""
+    return f"(scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * sp.head_dim} + {row} * {2 * nsplit})"
+
+
+def merge_code(sp: Spec, nsplit: int) -> str:
+    """The tail of the split decode kernel: a block that wrote partials takes a ticket of its row
+    block (h, gc, i) after a fence; the last of the nsplit used splits to arrive resets the ticket
+    to 0 (the next launch -- a CUDA graph replay -- starts from zero again) and merges every split's
+    (acc, m, l): warp r (r < R) weighs row r's splits, then all threads sum the weighted partials.
+    Partials are read through L2 (__ldcg): other SMs wrote them during this kernel."""
+    t_, hd, dt = THREADS, sp.head_dim, sp.dtype
+    r_, gc = rows_per_block(sp), group_chunks(sp)
+    offs = (16, 8, 4, 2, 1)
+    red = "".join(f"    M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, {o}));\n" for o in offs)
+    red_l = "".join(f"    L += __shfl_xor_sync(0xffffffffu, L, {o});\n" for o in offs)
+    return f"""  if (nsplit == 1) return;
+  __shared__ int sm_last;
+  __threadfence();  // this block's partials are visible device-wide before its ticket
   __syncthreads();
-  float M = -INFINITY, L = 0.0f, A = 0.0f;
-  for (int sp = 0; sp < nsplit; ++sp) M = fmaxf(M, sm_ml[2 * sp]);
-  for (int sp = d; sp < nsplit; sp += {hd}) sm_w[sp] = sm_ml[2 * sp] == -INFINITY ? 0.0f : exp2f(sm_ml[2 * sp] - M);
+  if (threadIdx.x == 0) {{
+    unsigned* ticket = zeroed + ((h * {gc} + gc) * S + i);
+    sm_last = atomicAdd(ticket, 1u) == (unsigned)(nsplit - 1);
+    if (sm_last) atomicExch(ticket, 0u);  // every split has arrived: ready for the next launch
+  }}
   __syncthreads();
-  for (int sp = 0; sp < nsplit; ++sp) L = fmaf(sm_ml[2 * sp + 1], sm_w[sp], L);
+  if (!sm_last) return;
+  __threadfence();
+  __shared__ float sm_w[{r_}][{nsplit}], sm_l[{r_}];
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (w < {r_}) {{  // warp w: row w's split weights exp2(m - M) and its sum L
+    const float* ml = {_ml(sp, nsplit, f"((h * {sp.groups} + (long long)gc * {r_} + w) * S + i)")};
+    float M = -INFINITY, L = 0.0f;
+    for (int sp = lane; sp < nsplit; sp += 32) M = fmaxf(M, __ldcg(ml + 2 * sp));
+{red}    for (int sp = lane; sp < nsplit; sp += 32) {{
+      const float ms = __ldcg(ml + 2 * sp);
+      const float c = ms == -INFINITY ? 0.0f : exp2f(ms - M);
+      sm_w[w][sp] = c;
+      L = fmaf(__ldcg(ml + 2 * sp + 1), c, L);
+    }}
+{red_l}    if (lane == 0) sm_l[w] = L;
+  }}
+  __syncthreads();
+  for (int o = threadIdx.x; o < {r_ * hd // 4}; o += {t_}) {{  // 4 consecutive outputs per thread and pass
+    const int r = o / {hd // 4}, d = o % {hd // 4} * 4;
+    const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
+    const float4* acc = reinterpret_cast<const float4*>(scratch + row * {nsplit * hd} + d);
+    float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-  for (int sp = 0; sp < nsplit; ++sp) A = fmaf(acc[sp * {hd} + d], sm_w[sp], A);  // 8 loads in flight
-  const float y = nsplit == 0 ? (T == 0 ? 0.0f : __int_as_float(0x7fffffff)) : A / L;
-  out[row * {hd} + d] = {store(dt, "y")};
-}}
+    for (int sp = 0; sp < nsplit; ++sp) {{  // 8 loads of 16 bytes in flight (16: the p1 schedule spills)
+      const float4 a = __ldcg(acc + sp * {hd // 4});
+      const float c = sm_w[r][sp];
+      A.x = fmaf(a.x, c, A.x); A.y = fmaf(a.y, c, A.y); A.z = fmaf(a.z, c, A.z); A.w = fmaf(a.w, c, A.w);
+    }}
+    const float L = sm_l[r];
+    out[row * {hd} + d] = {store(dt, "A.x / L")};
+    out[row * {hd} + d + 1] = {store(dt, "A.y / L")};
+    out[row * {hd} + d + 2] = {store(dt, "A.z / L")};
+    out[row * {hd} + d + 3] = {store(dt, "A.w / L")};
+  }}
 """

@@ -104,6 +104,10 @@ class KernelPagedAttention(KernelOp):
         rows = num(sp.n_kv * sp.groups) * minimum(self.s, num(DECODE_ROWS))
         return rows * num(dec.splits(sp) * (sp.head_dim + 2) * 4)
 
+    def zeroed_bytes(self, variant: dec.DecodeVariant | None = None) -> int:
+        # the split decode kernel's self-resetting tickets, one per row block at up to DECODE_ROWS rows
+        return 4 * dec.ticket_words(self.spec(variant), DECODE_ROWS)
+
     def render(self, slots, variant: dec.DecodeVariant | None = None) -> Kernel:
         sp = self.spec(variant)
         decls = dim_decls(self.dim_names(), slots)
@@ -111,14 +115,12 @@ class KernelPagedAttention(KernelOp):
         nsplit = dec.splits(sp)
         on_decode, on_rows = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"
         parts = [dec.cvt_code(sp.dtype), dec.decode_code(sp, decls, nsplit, on_decode, direct=False),
-                 dec.combine_code(sp, decls, nsplit, on_decode),
                  dec.decode_code(sp, decls, 1, on_rows, direct=True)]  # fmt: skip
         code = "\n".join(parts).replace("-INFINITY", "__int_as_float(0xff800000)")
         name, code = name_code(self.prefix, code)
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
         launches = (
             Launch(f"{name}_dec", row_blocks * num(nsplit) * small, dec.THREADS),
-            Launch(f"{name}_comb", num(sp.n_kv * sp.groups) * self.s * small, sp.head_dim),
             Launch(f"{name}_rows", row_blocks * (num(1) - small), dec.THREADS),
         )
         return Kernel(code, launches, headers(sp.dtype))

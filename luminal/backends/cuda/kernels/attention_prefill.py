@@ -20,8 +20,8 @@ kernel on the CPU with these maps emulated.
 
 from __future__ import annotations
 
-from luminal.backends.cuda.kernel import c_expr
-from luminal.backends.cuda.kernels.attention_decode import LOG2E, Spec, _params, q_index
+from luminal.backends.cuda.kernel import c_expr, store
+from luminal.backends.cuda.kernels.attention_decode import LOG2E, Spec, _params, q_index, q_value
 from luminal.dtype import DType
 
 THREADS = 128
@@ -94,6 +94,14 @@ def _mask(sp: Spec, row: str) -> str:
     return " || ".join(cond)
 
 
+def _q_bits(sp: Spec, d: str) -> str:
+    """C of q's 16-bit pattern at (h, g, r, d): read, or (sp.rope) rotated and rounded to the dtype."""
+    if sp.rope is None:
+        return f"qb[{q_index(sp, 'h', 'g', 'r', d)}]"
+    bits = "__bfloat16_as_ushort" if sp.dtype == DType.bf16 else "__half_as_ushort"
+    return f"(unsigned){bits}({store(sp.dtype, q_value(sp, 'h', 'g', 'r', d))})"
+
+
 def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     t, hd, g_ = sp.dtype.cuda, sp.head_dim, sp.groups
     bn = block_keys(sp)
@@ -117,7 +125,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     if sp.window:
         full.append(f"j0 > past + rlast - {sp.window}")
     return f"""{intrinsics(sp.dtype)}{_bits(sp.dtype)}
-extern "C" __global__ void {bounds} KNAME_pre{_params(t)} {{
+extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
@@ -158,8 +166,8 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t)} {{
       const long long qd = kk * 16 + (u >> 1) * 8 + tig * 2;
       unsigned lo = 0u, hi = 0u;
       if (r < S) {{
-        lo = qb[{q_index(sp, "h", "g", "r", "qd")}];
-        hi = qb[{q_index(sp, "h", "g", "r", "(qd + 1)")}];
+        lo = {_q_bits(sp, "qd")};
+        hi = {_q_bits(sp, "(qd + 1)")};
       }}
       qf[kk][u] = lo | (hi << 16);
     }}
