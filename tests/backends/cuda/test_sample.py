@@ -142,7 +142,12 @@ def test_compiled_sample_greedy_and_seeded_on_the_gpu():
     (g.tensor("x", (9, V), lm.f32) * 1.0).output("logits")
     m = g.compile("cuda", cache=False)
     x = _rows(DType.f32)
+    x[[2, 5, 6]] = np.random.default_rng(5).standard_normal((3, V))  # finite rows: the weights of NaN / inf
+    x[2, [3, 8]] = 4.0  # logits have no defined value (the oracle's exp(nan) -> u64 is numpy's, not a rule)
     logits = np.asarray(m.run({"x": x})["logits"])
     for s in (Sampler(), Sampler(0.8, 20, 0.9, seed=3), Sampler(1.0, 0, 0.5, seed=4)):
         for pos in (0, 17):
-            assert (m.sample("logits", s, pos) == sample(logits, s, pos)).all(), (s, pos)
+            got, want = m.sample("logits", s, pos), sample(logits, s, pos)
+            assert (got == want).all(), (s, pos, got, want)
+    nonfinite = np.asarray(m.run({"x": _rows(DType.f32)})["logits"])  # greedy is defined on every row
+    assert (m.sample("logits", Sampler(), 3) == _want(nonfinite)).all()
