@@ -241,13 +241,17 @@ class CudaExecutor:
         self._reports = any(isinstance(n.op, (KernelGather, KernelGatherFused)) for n in self.nodes)
         mods = load_kernels(list(rendered.values()))
         self.steps: list[Step] = []
+        # per op object (an unrolled plan repeats its body's): attention's walks its spec, ~0.3 ms a call
+        scratch: dict[int, Expression] = {
+            id(n.op): n.op.scratch_bytes() for n in self.nodes if isinstance(n.op, KernelOp)
+        }
         for i, n in enumerate(self.nodes):  # topological order: kernels and host ops interleaved
             if isinstance(n.op, HostOp):
                 self.steps.append(Step(i, None, ONE, 0, 0, False, n.op))
             elif i in rendered:
                 for ln in rendered[i].launches:
                     f = mods[rendered[i].code].function(ln.name)
-                    self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, n.op.scratch_bytes() != 0))
+                    self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, scratch[id(n.op)] != 0))
         self.inputs = {n.op.label: i for i, n in enumerate(self.nodes) if isinstance(n.op, Input)}
         self.outputs = {n.op.label: n.inputs[0] for n in self.nodes if isinstance(n.op, Output)}
         self._alias = alias_roots(self.nodes)
@@ -259,7 +263,7 @@ class CudaExecutor:
         self._written = {self._alias[i][0] for i, n in enumerate(self.nodes) if n.op.inplace}
         computed = [(i, n) for i, n in enumerate(self.nodes) if isinstance(n.op, (KernelOp, HostOp))]
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
-        self._scratch = {i: n.op.scratch_bytes() for i, n in computed if isinstance(n.op, KernelOp)}
+        self._scratch = {i: scratch[id(n.op)] for i, n in computed if isinstance(n.op, KernelOp)}
         self._scratch = {i: e for i, e in self._scratch.items() if e != 0}
         self._zeroed, self._zeroed_buf = self._zeroed_words(computed)
         self._grid_exprs = {k: st.grid for k, st in enumerate(self.steps)}

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from luminal.backends.cuda import kernel, rendered
-from luminal.egraph.llir import LNode
-from luminal.errors import BackendError
+from luminal.egraph.llir import LLIRGraph, LNode
+from luminal.errors import BackendError, CompileError
 from tests.backends.cuda.graphs import build
 from tests.backends.cuda.test_runtime_cpu import plan
 
@@ -81,3 +81,17 @@ def test_plan_slots_of_repeated_op_objects_equal_the_per_node_ones():
     copies = nodes + [LNode(type(n.op)(*n.op.fields()), n.inputs, n.dtype) for n in nodes]
     assert rendered.plan_slots(shared, ("x",)) == rendered.plan_slots(copies, ("x",))
     assert rendered.plan_slots(shared) == rendered.plan_slots(nodes)
+
+
+def test_validate_checks_every_node_of_a_repeated_op():
+    """LLIRGraph.validate counts each op object's inputs once: a later node holding the same op with
+    the wrong number of inputs is still an error."""
+    g, _ = build("reduce_f32")
+    llir = plan(g)
+    k = next(i for i, n in enumerate(llir.nodes) if isinstance(n.op, kernel.KernelOp))
+    n = llir.nodes[k]
+    ok = LLIRGraph([*llir.nodes, LNode(n.op, n.inputs, n.dtype)], dict(llir.outputs))
+    ok.validate()
+    bad = LLIRGraph([*llir.nodes, LNode(n.op, (*n.inputs, 0), n.dtype)], dict(llir.outputs))
+    with pytest.raises(CompileError, match="inputs, needs"):
+        bad.validate()
