@@ -193,6 +193,7 @@ class _Compilation:
         self.saturations: dict[str, int] = {name: 0 for name, _ in self.regions}
         self.memo: dict[str, tuple[LLIRGraph, dict]] = {}  # region key -> plan (buckets sharing a region)
         self.programs: dict[tuple, tuple[prog.GraphProgram, str]] = {}
+        self.bases: dict[str, prog.GraphProgram] = {}  # region -> its program without bounds (`_base`)
         self.pre: dict[str, RunResult] = {}  # region key -> e-graph saturated together with other buckets
         self.views: dict[str, EGraphView] = {}  # region key -> its e-graph view, built early by `prefetch`
         self.stats["time_roll_s"] += time.perf_counter() - t
@@ -298,12 +299,18 @@ class _Compilation:
         k = (name, tuple(sorted(bounds.items())))
         if k not in self.programs:
             t = time.perf_counter()
-            gp = prog.serialize_graph(graph, self.registry, bounds)
+            gp = prog.with_bounds(self._base(name, graph), bounds)
             be = self.backend
             key = cache_key(self.head + gp.text + self.phases_text, be.name, be.device, _version(be))
             self.programs[k] = (gp, key)
             self.stats["time_serialize_s"] += time.perf_counter() - t
         return self.programs[k]
+
+    def _base(self, name: str, graph: Graph) -> prog.GraphProgram:
+        """A region's program without bounds, serialized once: each bucket's adds its bound facts."""
+        if name not in self.bases:
+            self.bases[name] = prog.serialize_graph(graph, self.registry, {})
+        return self.bases[name]
 
     def prefetch(self, buckets: Sequence[Bounds]) -> None:
         """For a backend with `prefetch` (CUDA: compile kernels in the background): hand it the preferred
@@ -343,7 +350,7 @@ class _Compilation:
             todo = {key: gp for key, gp in todo.items() if not self.cache.has_egraph(key)}
             if len(todo) < 2:
                 continue
-            base = prog.serialize_graph(graph, self.registry, {})
+            base = self._base(name, graph)
             n = len(base.commands)
             pending = {key: list(gp.commands[n:]) for key, gp in todo.items() if gp.commands[:n] == base.commands}
             if len(pending) < 2:
