@@ -209,8 +209,8 @@ def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, lay
     out = {k: st.get(k) for k in ("hlir_nodes", "live_hlir_nodes", "egglog_commands", "egraph_nodes",
                                   "egraph_classes", "llir_nodes", "time_serialize_s", "time_roll_s",
                                   "time_saturate_s", "time_extract_s", "time_search_s", "time_load_s",
-                                  "time_total_s", "cache_hit", "profiling", "backend_counters", "backend_lines",
-                                  "rolled")}  # fmt: skip
+                                  "time_backend_s", "time_cache_s", "time_total_s", "cache_hit", "profiling",
+                                  "backend_counters", "backend_lines", "rolled")}  # fmt: skip
     if backend.startswith("cuda"):  # where NVRTC ran: worker processes (their CPU is not in cpu_s) or threads
         from luminal.backends.cuda import nvrtc, nvrtc_procs
 

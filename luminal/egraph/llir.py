@@ -63,10 +63,13 @@ class LLIRGraph:
 
     def validate(self) -> None:
         """Raise CompileError unless the graph is topologically ordered and every op is well-formed."""
+        arity: dict[int, int] = {}  # per op object: a fused op counts its body's leaves (an unrolled plan repeats ops)
         for i, n in enumerate(self.nodes):
             if any(not 0 <= s < i for s in n.inputs):
                 raise CompileError(f"LLIR node {i} ({type(n.op).__name__}) reads a later or missing node {n.inputs}")
-            want = n.op.n_inputs
+            want = arity.get(id(n.op))
+            if want is None:
+                want = arity[id(n.op)] = n.op.n_inputs
             if len(n.inputs) != want:
                 raise CompileError(f"LLIR node {i} ({type(n.op).__name__}) has {len(n.inputs)} inputs, needs {want}")
         for label, i in self.outputs.items():

@@ -85,6 +85,10 @@ def serialize_graph(
     graph: Graph, registry: OpRegistry, bounds: Mapping[str, tuple[int, int]] | None = None
 ) -> GraphProgram:
     """The graph as egglog commands (see module docstring); `bounds` become lower/upper facts."""
+    return with_bounds(_serialize(graph, registry), bounds)
+
+
+def _serialize(graph: Graph, registry: OpRegistry) -> GraphProgram:
     if not graph.outputs:
         raise CompileError("the graph has no outputs: mark at least one tensor with .output(name)")
     cmds: list[str] = []
@@ -134,14 +138,21 @@ def serialize_graph(
     for o in reversed(outs[:-1]):
         root = f"(OutputJoin {o} {root})"
     cmds.append(f"(let $root {root})")
-    body = "\n".join(cmds)
+    return GraphProgram(tuple(cmds), names, len(names))
+
+
+def with_bounds(base: GraphProgram, bounds: Mapping[str, tuple[int, int]] | None) -> GraphProgram:
+    """`base` (a graph serialized without bounds) with the lower/upper facts of `bounds` appended: the
+    program of every bucket from one serialization (the compiler keys and saturates each bucket's)."""
+    body = base.text
+    facts: list[str] = []
     for d, (lo, hi) in sorted((bounds or {}).items()):
         e = dim(d).to_egglog()
         if e not in body:
             continue  # a dim this graph never mentions (a rolled region): no fact, same text in every bucket
-        cmds.append(f"(set (lower {e}) {int(lo)})")
-        cmds.append(f"(set (upper {e}) {int(hi)})")
-    return GraphProgram(tuple(cmds), names, len(names))
+        facts.append(f"(set (lower {e}) {int(lo)})")
+        facts.append(f"(set (upper {e}) {int(hi)})")
+    return GraphProgram((*base.commands, *facts), base.node_of, base.n_nodes)
 
 
 def state_facts(graph: Graph, names: Mapping[int, str]) -> list[str]:

@@ -147,8 +147,9 @@ class CudaBackend:
 
     def counters(self) -> dict[str, float]:
         """NVRTC counters (compiles, cache hits, seconds), profiling counters (PROFILE_STATS) and kernel
-        renders (rendered.STATS): the compiler reports their change per compile."""
-        return {**nvrtc.STATS, **PROFILE_STATS, **rendered.STATS}
+        renders (rendered.STATS) and executor builds (runtime.LOAD_STATS): the compiler reports their change
+        per compile."""
+        return {**nvrtc.STATS, **PROFILE_STATS, **rendered.STATS, **runtime.LOAD_STATS}
 
     def counter_lines(self, delta: Mapping[str, float]) -> list[str]:
         """What LUMINAL_DEBUG prints of a compile's counter changes `delta` beyond the table: NVRTC's line."""

@@ -249,24 +249,33 @@ PDL_SYNC = "lm_pdl_sync();"
 _ENTRY = re.compile(r'extern\s+"C"\s+__global__\b')
 
 
+_TOKEN = re.compile(r"//|/\*|[\"'{}]")  # what _close must look at: comments, literals, braces
+
+
 def _close(code: str, i: int) -> int:
-    """Index of the brace closing the one at code[i], skipping comments and string/char literals."""
+    """Index of the brace closing the one at code[i], skipping comments and string/char literals (jumps
+    from token to token: a per-character walk cost ~3 ms per 8 KB kernel, paid again by every warm
+    compile to key its kernels in NVRTC's index)."""
     depth, n = 0, len(code)
-    while i < n:
-        c = code[i]
-        if code.startswith("//", i):
-            i = code.find("\n", i)
-            i = n if i < 0 else i
-        elif code.startswith("/*", i):
-            i = code.find("*/", i + 2)
-            i = n if i < 0 else i + 1
-        elif c in "\"'":
+    while (m := _TOKEN.search(code, i)) is not None:
+        t, i = m.group(), m.start()
+        if t == "//":
+            j = code.find("\n", i)
+            if j < 0:
+                break
+            i = j
+        elif t == "/*":
+            j = code.find("*/", i + 2)
+            if j < 0:
+                break
+            i = j + 1
+        elif t in "\"'":
             i += 1
-            while i < n and code[i] != c:
+            while i < n and code[i] != t:
                 i += 2 if code[i] == "\\" else 1
-        elif c == "{":
+        elif t == "{":
             depth += 1
-        elif c == "}":
+        else:
             depth -= 1
             if depth == 0:
                 return i

@@ -48,6 +48,9 @@ from luminal.shape.expr import ONE, Expression
 log = logging.getLogger(__name__)
 
 _MODULES: dict[str, driver.Module] = {}  # kernel code -> loaded module holding its entries
+# what building executors cost (the backend's counters: a warm compile's `load`): cubins loaded as modules
+# (their MB and seconds), executors built and their seconds in all (kernels, steps, lifetimes, buffers)
+LOAD_STATS = {"modules_loaded": 0, "module_mb": 0.0, "module_load_s": 0.0, "executors": 0, "executor_s": 0.0}
 GROWTH = 1.25  # arena/input regrowth headroom, so a slowly growing dim does not replan every run
 PIN_ARENA_BYTES = 4 << 30  # a bounded plan is sized at its bucket bounds when that arena fits in this
 PIN_GRID = 512  # ... and a kernel's grid is fixed at its bound when that is at most this many blocks (~4 waves)
@@ -67,7 +70,11 @@ def load_kernels(kernels: Sequence[Kernel]) -> dict[str, driver.Module]:
         modules: dict[int, driver.Module] = {}  # one module per image (a program holds several kernels)
         for code, image in images.items():
             if id(image) not in modules:
+                t = time.perf_counter()
                 modules[id(image)] = driver.Module(image)
+                LOAD_STATS["module_load_s"] += time.perf_counter() - t
+                LOAD_STATS["modules_loaded"] += 1
+                LOAD_STATS["module_mb"] += len(image) / 2**20
             _MODULES[code] = modules[id(image)]
     return {k.code: _MODULES[k.code] for k in kernels}
 
@@ -221,6 +228,7 @@ class CudaExecutor:
 
     def __init__(self, nodes: Sequence, persistent: frozenset[str] = frozenset(), use_graphs: bool = True,
                  dims: Iterable[str] = ()):  # fmt: skip
+        t_init = time.perf_counter()
         self.dev = driver.device()
         self.nodes = list(nodes)
         self.persistent = frozenset(persistent)
@@ -241,13 +249,17 @@ class CudaExecutor:
         self._reports = any(isinstance(n.op, (KernelGather, KernelGatherFused)) for n in self.nodes)
         mods = load_kernels(list(rendered.values()))
         self.steps: list[Step] = []
+        # per op object (an unrolled plan repeats its body's): attention's walks its spec, ~0.3 ms a call
+        scratch: dict[int, Expression] = {
+            id(n.op): n.op.scratch_bytes() for n in self.nodes if isinstance(n.op, KernelOp)
+        }
         for i, n in enumerate(self.nodes):  # topological order: kernels and host ops interleaved
             if isinstance(n.op, HostOp):
                 self.steps.append(Step(i, None, ONE, 0, 0, False, n.op))
             elif i in rendered:
                 for ln in rendered[i].launches:
                     f = mods[rendered[i].code].function(ln.name)
-                    self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, n.op.scratch_bytes() != 0))
+                    self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, scratch[id(n.op)] != 0))
         self.inputs = {n.op.label: i for i, n in enumerate(self.nodes) if isinstance(n.op, Input)}
         self.outputs = {n.op.label: n.inputs[0] for n in self.nodes if isinstance(n.op, Output)}
         self._alias = alias_roots(self.nodes)
@@ -259,7 +271,7 @@ class CudaExecutor:
         self._written = {self._alias[i][0] for i, n in enumerate(self.nodes) if n.op.inplace}
         computed = [(i, n) for i, n in enumerate(self.nodes) if isinstance(n.op, (KernelOp, HostOp))]
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
-        self._scratch = {i: n.op.scratch_bytes() for i, n in computed if isinstance(n.op, KernelOp)}
+        self._scratch = {i: scratch[id(n.op)] for i, n in computed if isinstance(n.op, KernelOp)}
         self._scratch = {i: e for i, e in self._scratch.items() if e != 0}
         self._zeroed, self._zeroed_buf = self._zeroed_words(computed)
         self._grid_exprs = {k: st.grid for k, st in enumerate(self.steps)}
@@ -296,6 +308,8 @@ class CudaExecutor:
         self._profiled = False
         self._fixed: dict[int, tuple[int, int]] | None = None  # input node -> (ptr, bytes) while profiling
         self._state: dict[str, tuple[int, int]] = {}  # state label -> (input node, output node)
+        LOAD_STATS["executors"] += 1
+        LOAD_STATS["executor_s"] += time.perf_counter() - t_init
 
     def _zeroed_words(self, computed) -> tuple[dict[int, int], driver.DeviceBuffer | None]:
         """One persistent buffer for every op's zeroed words (KernelOp.zeroed_bytes: self-resetting
