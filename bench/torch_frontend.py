@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 _BENCH = Path(__file__).resolve().parent
@@ -130,6 +131,20 @@ def _decode_stats(p) -> str:
             f" | host scalars fed: {len(p.host_fed)}")  # fmt: skip
 
 
+def _decode_plan(p) -> str:
+    """The decode plan's bucket (the dims its candidates were priced at) and what its launches are."""
+    if p is None:
+        return "#   no decode Program recorded"
+    bounds = [b.get("bounds") for b in p.model.stats.get("buckets", [])]
+    plans = [ex for _, ex in getattr(p.model, "_plans", []) if hasattr(ex, "steps")]
+    if not plans:
+        return f"#   decode plan bucket {bounds}"
+    nodes = p.model.plans[0].nodes
+    kinds = Counter(type(nodes[s.node].op).__name__ for s in plans[0].steps)
+    RESULTS["decode plan launches by op"] = dict(kinds)
+    return f"#   decode plan bucket {bounds} | launches by op: {dict(kinds.most_common())}"
+
+
 def _launches(model, decode_bounds: bool = False) -> int | None:
     """Launch steps of one run of a compiled model's (decode) plan on the CUDA runtime: kernels and
     library calls (the runtime's own step list; None on the reference backend)."""
@@ -212,6 +227,7 @@ def main(argv=None) -> None:
                   "(Dynamo + AOTAutograd, shared with reduce-overhead) and the first calls")  # fmt: skip
             RESULTS["luminal own compile s"] = own
             print(_decode_stats(dec))
+            print(_decode_plan(dec))
             lum_launches = None if dec is None else _launches(dec.model)
             RESULTS["launches per decode step"] = {"zoo": zoo_launches, "HF via luminal": lum_launches}
             per = (

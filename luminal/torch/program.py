@@ -55,7 +55,7 @@ class Program:
         self.ranges = tr.ranges
         self.aten_ops = tr.aten_ops
         self.state = dict(tr.state)  # mutated input name -> placeholder index
-        self.model = tr.graph.compile(backend, **options)
+        self.model = tr.graph.compile(backend, **_with_fixed_bucket(tr, options))
         self._bound: dict[str, tuple] = {}
         self._all_constants = dict(tr.constants)
         self._constants = dict(tr.constants)  # persistent, fed on the first call (outside any fake mode)
@@ -208,6 +208,20 @@ class Program:
             log.info("luminal: %s is not contiguous; bound a contiguous copy", name)
         self.model.bind_device(name, device_array(t))
         self._device_bound[name] = (key, t)
+
+
+def _with_fixed_bucket(tr: Translation, options: dict) -> dict:
+    """`options` with the dims the translation fixed (a static cache's capacity, the decode row
+    `luminal_query_rows`: cache_attention.py) as the plan's bucket, unless the caller gave buckets.
+    Without it those dims are unbounded to the compiler: the search prices candidates at its default
+    size for a free dim (64: a 64-row prefill against a 64-slot cache, where GEMMs and unfused
+    epilogues win on a GPU) and the rules bounded by a dim's range (the one-block cache write) do
+    not fire; the decode step then runs that plan at one row (session 6: 320 launches per step on
+    the H200 against the zoo's 197, whose decode bucket is s = 1)."""
+    fixed = {d: (lo, hi) for d, (lo, hi) in tr.ranges.items() if lo == hi and d in tr.graph.dims()}
+    if not fixed or "buckets" in options:
+        return options
+    return {**options, "buckets": [fixed]}
 
 
 def host_scalar(spec, t: torch.Tensor) -> bool:
