@@ -136,24 +136,29 @@ def test_fused_plan_equals_the_oracle(window):
             assert_matches(np.asarray(got[name]).reshape(arr.shape), arr, lm.f32, 1.0, f"{name} s={s} p={p}")
 
 
-def test_every_sampled_extraction_agrees():
-    g = _block(window=4)
+def _sampled_plans_agree(g, env, feed_seed: int, rng_seed: int, dt, ulps: float) -> list:
+    """The preferred extraction and 14 random ones of g, each distinct plan run on the fake device
+    against the oracle; returns the distinct plans."""
     view = build_egraph(g, CpuCudaBackend())
-    env = {"s": 4, "p": 3}
-    feed = _feed(g, env, seed=9)
+    feed = _feed(g, env, seed=feed_seed)
     want = oracle(g, feed, env)["y"]
-    rng = random.Random(0)
-    seen, fused = set(), 0
+    rng = random.Random(rng_seed)
+    plans: dict[str, object] = {}
     gens = [view.preferred_genome(preference(CpuCudaBackend()))] + [view.random_genome(rng) for _ in range(14)]
     for gen in gens:
         llir = view.extract(view.repair(gen))
-        if llir.fingerprint() in seen:
+        if llir.fingerprint() in plans:
             continue
-        seen.add(llir.fingerprint())
-        fused += bool(_fused(llir))
+        plans[llir.fingerprint()] = llir
         got = CpuCudaBackend().load(llir).run(feed, env)["y"]
-        assert_matches(np.asarray(got).reshape(want.shape), want, lm.f32, 1.0, str(llir.op_counts()))
-    assert fused >= 1 and len(seen) - fused >= 1, (fused, len(seen))  # both plans were sampled
+        assert_matches(np.asarray(got).reshape(want.shape), want, dt, ulps, str(llir.op_counts()))
+    return list(plans.values())
+
+
+def test_every_sampled_extraction_agrees():
+    plans = _sampled_plans_agree(_block(window=4), {"s": 4, "p": 3}, 9, 0, lm.f32, 1.0)
+    fused = sum(bool(_fused(llir)) for llir in plans)
+    assert fused >= 1 and len(plans) - fused >= 1, (fused, len(plans))  # both plans were sampled
 
 
 def test_q_rotary_loads_inside_attention():
@@ -172,22 +177,8 @@ def test_q_rotary_loads_inside_attention():
 
 
 def test_every_sampled_extraction_of_a_rotated_q_agrees():
-    g = _block(dt=lm.bf16, rope=True, window=4)
-    view = build_egraph(g, CpuCudaBackend())
-    env = {"s": 3, "p": 6}
-    feed = _feed(g, env, seed=4)
-    want = oracle(g, feed, env)["y"]
-    rng = random.Random(3)
-    seen, kinds = set(), set()
-    gens = [view.preferred_genome(preference(CpuCudaBackend()))] + [view.random_genome(rng) for _ in range(14)]
-    for gen in gens:
-        llir = view.extract(view.repair(gen))
-        if llir.fingerprint() in seen:
-            continue
-        seen.add(llir.fingerprint())
-        kinds |= {type(op).__name__ for op in _fused(llir)} or {"unfused"}
-        got = CpuCudaBackend().load(llir).run(feed, env)["y"]
-        assert_matches(np.asarray(got).reshape(want.shape), want, lm.bf16, 2.0, str(llir.op_counts()))
+    plans = _sampled_plans_agree(_block(dt=lm.bf16, rope=True, window=4), {"s": 3, "p": 6}, 4, 3, lm.bf16, 2.0)
+    kinds = set().union(*({type(op).__name__ for op in _fused(llir)} or {"unfused"} for llir in plans))
     assert "KernelAttentionRope" in kinds and len(kinds) >= 2, kinds
 
 

@@ -7,8 +7,8 @@ u32 claim word per written destination element, atomicMax(claim[idx[j]], j + 1),
 where the claim is j + 1 -- so the last write wins deterministically and every phase costs
 O(#indexes), not O(destination). `wide = false`: one block, the phases separated by
 __syncthreads (one launch: decode writes a few hundred elements); `wide = true`: three launches
-over the whole grid (prefill writes n_kv * s * head_dim). The rules offer the grid-wide shape, and
-the one-block shape where the bucket bounds the index count by 4096 (inplace.egg); search picks.
+over the whole grid (prefill writes n_kv * s * head_dim). The rules offer exactly one shape per
+bucket: one block where the bucket bounds the index count by 4096, grid-wide elsewhere (inplace.egg).
 
 KernelScatterFused: the same in-place update with the indexes and the written values computed by
 fused bodies (`index`, `src`: one expression each, luminal/hlir/fexpr.py) at each index position
