@@ -58,7 +58,10 @@ class CompileOptions:
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
-    share_saturation: bool = True  # buckets differing only in bound facts share one saturation
+    # buckets differing only in bound facts share one saturation. Off by default: on the CUDA backend
+    # the shared phases ran rules whose choice the facts later reverse (a launch shape picked by an upper
+    # bound; a copy made while `s` was free), so the decode plan kept 5 extra launches a layer (session 7)
+    share_saturation: bool = False
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
@@ -337,12 +340,14 @@ class _Compilation:
 
     def prepare(self, buckets: Sequence[Bounds]) -> None:
         """Buckets whose region programs differ only in their bound facts (and are not cached) share
-        one saturation: the phases before the first that runs `cleanup` (which deletes) run once, then
+        one saturation: the phases before the first that runs `cleanup` (which deletes) or needs the
+        bucket's bounds (Phase.needs_bounds: a choice the facts would reverse) run once, then
         each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
         costs only the matches the facts enable. The e-graphs equal the separately saturated ones
         (tests/egraph/test_roll.py)."""
         phases = self.backend.phases
-        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets()), len(phases))
+        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets() or ph.needs_bounds),
+                      len(phases))  # fmt: skip
         if len(buckets) < 2 or shared == 0:
             return
         for name, graph in self.regions:
