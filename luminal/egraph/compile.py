@@ -58,10 +58,9 @@ class CompileOptions:
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
-    # buckets differing only in bound facts share one saturation. Off by default: on the CUDA backend
-    # the shared phases ran rules whose choice the facts later reverse (a launch shape picked by an upper
-    # bound; a copy made while `s` was free), so the decode plan kept 5 extra launches a layer (session 7)
-    share_saturation: bool = False
+    # buckets differing only in bound facts share one saturation (phases marked needs_bounds excepted;
+    # the e-graph may keep alternatives made while a dim was free: extract.preferred_genome's tie-break)
+    share_saturation: bool = True
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
