@@ -81,6 +81,9 @@ def test_decode_step_launches_per_layer(name, fake):
         attention = ops.get("KernelAttention", 0) + ops.get("KernelAttentionRope", 0)
         assert "KernelScatterInplace" not in ops and "KernelScatterFused" not in ops, ops
         assert ops["KernelScatterPair"] == attention and ops["KernelAliasAfter"] == 2 * attention, ops
+        pairs = [[llir.nodes[i].op.label for i in n.inputs[:2]] for n in llir.nodes
+                 if type(n.op).__name__ == "KernelScatterPair"]  # fmt: skip
+        assert sorted(pairs) == [[f"cache.{i}.k", f"cache.{i}.v"] for i in range(attention)], pairs  # a layer's own
     # attention: the decode kernel only (the prefill kernel is not part of an s = 1 plan)
     rope = "KernelAttentionRope" if name == "llama" else "KernelAttention"  # llama: q rotated at its load
     assert per[rope] == 1 and per.total() == PER_LAYER[name] and per["KernelScatterPair"] == 1, dict(per)
