@@ -157,6 +157,7 @@ def test_decode_step_plan_agrees_with_the_reference(name, fake):
         np.testing.assert_array_equal(got[label], old[label], err_msg=f"{name} {label}")
     # the pair for one cache, that cache's own one-block write for the other: the pair writes it
     # again (same rows, same values), on the fake device and on the reference executor alike
+    given = {label: feed[label].copy() for label in model.cache_shapes}
     for only in (0, 1):
         mixed = view.extract(view.repair(_switch(view, genome, ("KernelAliasAfter",), "KernelScatterFused", only)))
         ops = mixed.op_counts()
@@ -165,6 +166,8 @@ def test_decode_step_plan_agrees_with_the_reference(name, fake):
         for res in (_run(mixed, feed, dims), ReferenceExecutor(mixed.nodes, mixed.outputs).run(dict(feed), dims)):
             for label in want:
                 np.testing.assert_array_equal(np.asarray(res[label]), got[label], err_msg=f"{name} {only} {label}")
+    for label, arr in given.items():  # the executors wrote their own copies, never the caller's arrays
+        np.testing.assert_array_equal(feed[label], arr, err_msg=label)
 
 
 def test_gemma_decode_plan_recomputes_every_other_residual_sum():
@@ -189,6 +192,7 @@ def test_gemma_decode_plan_recomputes_every_other_residual_sum():
     a, b = (np.asarray(x["logits"], np.float64).reshape(-1) for x in (got, want))
     assert np.abs(a - b).max() <= 3e-2 * np.abs(b).max(), (np.abs(a - b).max(), np.abs(b).max())
     _check("gemma3", model, feed, got, {k: v for k, v in want.items() if k != "logits"})
+    assert llir.op_counts()["KernelScatterPair"] == 2  # (its CUDA C on the CPU: test_inplace.py)
 
 
 def test_every_sampled_decode_extraction_agrees_with_the_reference():
