@@ -18,6 +18,10 @@ that writes the cache (rule: inplace.egg, `scatter-fused`). Inputs: (dest, the b
 Values are held and rounded like KernelFused's (fused.py). When the written values reduce over
 rows (qwen3's k-norm), the write phase runs a warp per row of the index shape (RowWrite), the
 row's reductions computed once, cooperatively, as KernelFused's row layout computes them.
+
+KernelScatterPair: a layer's two one-block KernelScatterFused (k and v: the same destination view,
+the same index body) in one launch; KernelAliasAfter: each cache's new value after it, no launch
+(rule: inplace.egg, `scatter-pair`; the in-place contract's `also_writes`, luminal/hlir/op.py).
 """
 
 from __future__ import annotations
