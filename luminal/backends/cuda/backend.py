@@ -21,7 +21,7 @@ from luminal.backends.cuda import driver, nvrtc, rendered, runtime
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import Kernel, KernelOp, source
 from luminal.backends.cuda.kernels import KERNEL_OPS
-from luminal.backends.cuda.kernels.attention import ATTENTION_KERNELS
+from luminal.backends.cuda.kernels.attention_norm import ATTENTION_KERNELS
 from luminal.backends.cuda.kernels.attention_paged import PAGED_KERNELS
 from luminal.backends.cuda.kernels.gemv import GEMV_KERNELS
 from luminal.backends.cuda.kernels.gemvfused import GEMV_FUSED_OPS

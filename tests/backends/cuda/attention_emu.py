@@ -63,6 +63,8 @@ static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetc
 static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsqrt_rn(float a) { volatile float r = std::sqrt(a); return r; }
+static inline float __frcp_rn(float a) { volatile float r = 1.0f / a; return r; }
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T> static inline T __ldcg(const T* p) { return *p; }
 #define __global__
@@ -179,7 +181,8 @@ class Emulated:
             t = _CTYPE[op.dtype]
             args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
             extra = "const float*" if isinstance(op, KernelAttentionRope) else "const int*"  # (cos, sin) / (rows, pos)
-            args += "".join(f"({extra})ins[{k}], " for k in range(4, op.n_inputs + 1))
+            args += "".join(f"({extra})ins[{k}], " for k in range(4, 6) if k <= op.n_inputs)
+            args += "".join(f"(const {t}*)ins[{k}], " for k in range(6, op.n_inputs + 1))  # (a q-norm's weight)
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)

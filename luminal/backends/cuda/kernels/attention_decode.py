@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from luminal.backends.cuda.kernel import c_expr, index_c, load, store
 from luminal.dtype import DType
+from luminal.errors import BackendError
 from luminal.shape.expr import Expression
 
 THREADS = 128
@@ -86,6 +87,7 @@ class Rope:
     ca: tuple[Expression, ...]
     rot: Expression
     sb: tuple[Expression, ...]
+    norm: object = None  # attention_norm.QNorm: x is RMS-normed per head first (KernelAttentionNormRope)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ def q_value(sp: Spec, h: str, g: str, i: str, d: str) -> str:
     dt = sp.dtype
     if sp.rope is None:
         return load(dt, f"q[{q_index(sp, h, g, i, d)}]")
+    if sp.rope.norm is not None:  # a row's statistic first: only _rope_stage computes it
+        raise BackendError("a q-norm's q is computed by the decode kernel's q staging, not element by element")
     r, e = sp.rope, f"({q_index(sp, h, g, i, d)})"
     rot = f"({c_expr(r.rot, e)})"
     xa, xb = (load(dt, f"q[{index_c(r.shape, r.xst, z)}]") for z in (e, rot))
@@ -222,12 +226,13 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
 """
 
 
-def _params(t: str, paged: bool = False, rope: bool = False) -> str:
-    """Every entry's parameters: (out, q, k, v[, rows, pos][, cos, sin], dims, scratch, zeroed) --
+def _params(t: str, paged: bool = False, rope: bool = False, norm: bool = False) -> str:
+    """Every entry's parameters: (out, q, k, v[, rows, pos][, cos, sin][, q-norm weight], dims, scratch, zeroed) --
     `zeroed` the op's persistent zero-initialised words (KernelOp.zeroed_bytes: the decode kernel's
     tickets)."""
     table = "const int* __restrict__ rows, const int* __restrict__ pos, " if paged else ""
     table += "const float* __restrict__ cosv, const float* __restrict__ sinv, " if rope else ""
+    table += f"const {t}* __restrict__ qw, " if norm else ""
     return (f"({t}* __restrict__ out, const {t}* __restrict__ q, const {t}* __restrict__ k, "
             f"const {t}* __restrict__ v, {table}const long long* __restrict__ dims, float* __restrict__ scratch, "
             "unsigned* __restrict__ zeroed)")  # fmt: skip
@@ -256,6 +261,10 @@ def _rope_stage(sp: Spec) -> str:
     unrolled register load of q made ptxas spill ~150 bytes)."""
     if sp.rope is None:
         return ""
+    if sp.rope.norm is not None:
+        from luminal.backends.cuda.kernels.attention_norm import norm_stage  # (it imports this module)
+
+        return norm_stage(sp)
     r_, hd = rows_per_block(sp), sp.head_dim
     return f"""  __shared__ float sm_q[{r_ * hd}];
   for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS}) {{
@@ -314,7 +323,7 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
                   "      }\n")  # fmt: skip
     bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
     return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
-KNAME_{tag}{_params(t, sp.paged, sp.rope is not None)} {{
+KNAME_{tag}{_params(t, sp.paged, sp.rope is not None, sp.rope is not None and sp.rope.norm is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)};
