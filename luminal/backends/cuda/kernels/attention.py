@@ -144,7 +144,7 @@ class KernelAttention(KernelOp):
             (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
              dec.THREADS),
         ]  # fmt: skip
-        if sp.dtype == DType.f32 or (sp.rope is not None and sp.rope.norm is not None):  # (q-norm: decode kernel's staging)
+        if sp.dtype == DType.f32 or (sp.rope is not None and sp.rope.norm is not None):  # (a q-norm: q staged)
             paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
                           dec.THREADS))  # fmt: skip
         else:

@@ -117,14 +117,16 @@ def norm_stage(sp: dec.Spec) -> str:
     c, sn = index_c(r.shape, r.ca, e), index_c(r.shape, r.sb, e)
     rot = load(dt, store(dt, f"__fadd_rn(__fmul_rn(sm_n[o], cosv[{c}]), __fmul_rn({partner}, sinv[{sn}]))"))
     red = "".join(f"    ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, {o}));\n" for o in (16, 8, 4, 2, 1))
-    loop = f"  for (int o = threadIdx.x; o < {r_ * hd}; o += {t_}) {{\n    const long long qg = (long long)gc * {r_} + o / {hd}, qd = o % {hd};\n"
+    loop = (f"  for (int o = threadIdx.x; o < {r_ * hd}; o += {t_}) {{\n"
+            f"    const long long qg = (long long)gc * {r_} + o / {hd}, qd = o % {hd};\n")  # fmt: skip
     return f"""  __shared__ float sm_q[{r_ * hd}], sm_n[{r_ * hd}], sm_inv[{r_}];
 {loop}    sm_n[o] = {x};
   }}
   __syncthreads();
   for (int rr = threadIdx.x / 32; rr < {r_}; rr += {t_ // 32}) {{  // a warp per row: its sum of squares
     float ss = 0.0f;
-    for (int d = threadIdx.x % 32; d < {hd}; d += 32) ss = __fadd_rn(ss, __fmul_rn(sm_n[rr * {hd} + d], sm_n[rr * {hd} + d]));
+    for (int d = rr * {hd} + threadIdx.x % 32; d < (rr + 1) * {hd}; d += 32)
+      ss = __fadd_rn(ss, __fmul_rn(sm_n[d], sm_n[d]));
 {red}    if (threadIdx.x % 32 == 0)
       sm_inv[rr] = __frcp_rn(__fsqrt_rn(__fadd_rn((float)((double)ss * {1.0 / nm.count!r}), {nm.eps!r}f)));
   }}
