@@ -182,3 +182,24 @@ def test_norm_kernels_compile_for_sm90_without_spills(no_cache):
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
         assert ln.name.startswith("attnn_") and spill == 0 and regs <= 128, (ln, regs, spill)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_decode_step_plan_equals_the_unfused_q(name, fake):
+    """The decode step (gemma 3: sliding and full layers, (1 + w) norms, query_pre_attn_scalar) with q
+    normed and rotated in attention, on the fake CUDA device (reference semantics), bit for bit the
+    plan with the unfused q (KernelAttention switched back in): logits and caches. (Against the HLIR
+    oracle, gemma3's 2-layer step is 1/256 logits off bf16's tolerance in both plans: main's too.)"""
+    from tests.backends.cuda.test_launches import BOUNDS, _feed, _run, _switch, step
+
+    model = step(name, 2, small=True)
+    view = build_egraph(model.graph, CpuCudaBackend(), BOUNDS)
+    gen = view.repair(view.preferred_genome(preference(CpuCudaBackend())))
+    fused = view.extract(gen)
+    plain = view.extract(view.repair(_switch(view, gen, ("KernelAttentionNormRope",), "KernelAttention")))
+    assert _kinds(fused) == ["KernelAttentionNormRope"] * 2 and _kinds(plain) == ["KernelAttention"] * 2
+    feed, dims = _feed(model)
+    got, want = (_run(llir, feed, dims) for llir in (fused, plain))
+    assert set(got) == set(want)
+    for label in want:
+        np.testing.assert_array_equal(np.asarray(got[label]), np.asarray(want[label]), err_msg=f"{name} {label}")
