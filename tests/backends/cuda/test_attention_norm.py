@@ -204,3 +204,24 @@ def test_decode_step_plan_equals_the_unfused_q(name, fake):
     assert set(got) == set(want)
     for label in want:
         np.testing.assert_array_equal(np.asarray(got[label]), np.asarray(want[label]), err_msg=f"{name} {label}")
+
+
+def test_zoo_decode_ops_compile_for_sm90_without_spills(no_cache):
+    """The ops of qwen3-0.6b's and gemma-3-1b's decode steps (real head counts and head_dim, one layer)
+    render with the plan's dims slots and compile for sm_90 within 128 registers, without spills."""
+    from luminal.backends.cuda.rendered import plan_slots
+    from tests.backends.cuda.test_gemv import ptxas_usage
+    from tests.backends.cuda.test_launches import BOUNDS, step
+
+    kernels = []
+    for name in ("qwen3", "gemma3"):
+        _, llir = _plan(step(name, 1).graph, BOUNDS)
+        ops = [n.op for n in llir.nodes if isinstance(n.op, KernelAttentionNormRope)]
+        assert len(ops) == 1, llir.op_counts()
+        kernels.append(ops[0].render(plan_slots(llir.nodes)))
+        assert [ln.name.rsplit("_", 1)[1] for ln in kernels[-1].launches] == ["dec"]  # s = 1: the decode kernel only
+    assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
+    usage = ptxas_usage(kernels)
+    for ln in (ln for k in kernels for ln in k.launches):
+        regs, spill = usage[ln.name]
+        assert spill == 0 and regs <= 128, (ln, regs, spill)
