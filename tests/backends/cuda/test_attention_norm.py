@@ -225,3 +225,29 @@ def test_zoo_decode_ops_compile_for_sm90_without_spills(no_cache):
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
         assert spill == 0 and regs <= 128, (ln, regs, spill)
+
+
+# -- GPU -------------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("hd,offset", [(128, False), (256, True)], ids=["qwen3-hd128", "gemma-hd256-1+w"])
+def test_normed_q_decode_block_on_the_gpu(hd, offset):
+    """The decode bucket's preferred plan (q normed and rotated in attention) and the searched one, on
+    the device, against the reference backend over contexts that use one and several KV splits."""
+    from luminal.backends.cuda.backend import CudaBackend
+
+    g = _block(hd=hd, offset=offset, cap=4200)
+    backend = CudaBackend()
+    view = build_egraph(g, backend, DECODE)
+    llir = view.extract(view.repair(view.preferred_genome(preference(backend))))
+    assert _kinds(llir) == ["KernelAttentionNormRope"], llir.op_counts()
+    m, ref = g.compile("cuda", cache=False, buckets={"s": [(1, 1)]}), g.compile("reference", cache=False)
+    ex = backend.load(llir)
+    for p in (0, 17, 700, 4100):
+        env = {"s": 1, "p": p}
+        feed = _feed(g, env, seed=p, scale=0.3)
+        want = ref.run(feed, dims={"p": p})["y"]
+        for what, got in (
+            ("preferred", ex.run({k: v.copy() for k, v in feed.items()}, env)["y"]),
+            ("searched", m.run(feed, dims={"p": p})["y"]),
+        ):
+            assert_matches(np.asarray(got).reshape(want.shape), want, lm.bf16, 2.0, f"{what} p={p}")
