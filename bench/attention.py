@@ -71,8 +71,8 @@ class Runner:
         self.zeroed = driver.DeviceBuffer(max(op.zeroed_bytes(variant), 256))  # the decode kernel's tickets
         driver.memset8(self.zeroed.ptr, 0, self.zeroed.nbytes, self.dev.stream)
         self.params = [driver.Params([*ptrs, self.dims.ptr, self.scratch.ptr, self.zeroed.ptr]) for ptrs in ptr_sets]
-        self.launches = [(self.mod.function(ln.name), max(1, int(ln.grid.evaluate(env))), ln.block, ln.shared)
-                         for ln in kern.launches]  # fmt: skip
+        self.launches = [(self.mod.function(ln.name, ln.shared), max(1, int(ln.grid.evaluate(env))), ln.block,
+                          ln.shared) for ln in kern.launches]  # fmt: skip
         self.calls = max(LAUNCHES, len(ptr_sets))
         self.graph = driver.Graph()
         for c in range(self.calls):
@@ -217,10 +217,10 @@ def sweep(kind: str) -> tuple[str, ...]:
     rows those that change the decode kernels, the prefill rows those that change the prefill kernel."""
     from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
 
-    pre = DECODE.prefill_blocks
+    pre = DECODE.prefill
     if kind == "decode":
-        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill_blocks == pre)
-    return tuple(n for n, v in VARIANTS.items() if v.prefill_blocks != pre)
+        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill == pre)
+    return tuple(n for n, v in VARIANTS.items() if v.prefill != pre)
 
 
 def dry(cases: list, sweep_all: bool) -> int:

@@ -254,7 +254,7 @@ def run_on_gpu(op: KernelAttention, q, k, v, env: dict, variant=None) -> np.ndar
     params = driver.Params([*(b.ptr for b in bufs), scratch.ptr, zbuf.ptr])
     for ln in kern.launches:
         grid = max(1, int(ln.grid.evaluate(env)))
-        driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+        driver.launch(mod.function(ln.name, ln.shared), grid, ln.block, ln.shared, params, dev.stream)
     out = np.empty(n + 8, op.dtype.np)
     driver.dtoh(out, bufs[0].ptr, dev.stream)
     driver.dtoh(zeroed, zbuf.ptr, dev.stream)
@@ -314,7 +314,7 @@ def test_decode_schedules_on_the_gpu(variant):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if v.prefill_blocks], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if v.prefill != DECODE.prefill], ids=lambda v: v.name)
 def test_prefill_schedules_on_the_gpu(variant):
     for dt, hd in ((DType.bf16, 128), (DType.f16, 64)):
         for s, t in ((DECODE_ROWS + 1, DECODE_ROWS + 1), (127, 127), (127, 4097), (64, 1000)):

@@ -44,6 +44,24 @@ LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
+class PrefillSchedule:
+    """The tensor-core prefill kernel's tiling (attention_prefill.py). The default is session 6's:
+    4 warps of 16 query rows of one head, Q fragments in registers, blocks longest-first per head."""
+
+    warps: int = 4  # warps per block
+    tiles: int = 1  # 16-row MMA tiles per warp (2: each K / V fragment feeds 32 rows; Q then in shared memory)
+    pack: int = 1  # query heads of a GQA group per block (a power of 2): their rows share every K / V tile
+    lpt: bool = False  # blocks longest-first over all heads (else longest-first within each head)
+    min_blocks: int = 0  # __launch_bounds__ promise at head_dim <= 128 (0: none)
+
+    @property
+    def name(self) -> str:
+        tile = (self.warps, self.tiles, self.pack, self.lpt) != (4, 1, 1, False)
+        return ("pre" + (str(self.min_blocks) if self.min_blocks else "")
+                + (f"w{self.warps}t{self.tiles}g{self.pack}" + ("l" if self.lpt else "") if tile else ""))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class DecodeVariant:
     """A schedule of KernelAttention's kernels, mostly the decode kernel's (bench/attention.py --sweep
     times them; DECODE is the default)."""
@@ -56,14 +74,20 @@ class DecodeVariant:
     # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none; measured on the
     # H200, session 5: the prefetch a step ahead made the kernel 1.10-1.20x slower at 1k-32k keys)
     prefetch: int = 0
-    prefill_blocks: int = 0  # the prefill kernel's __launch_bounds__ promise at head_dim <= 128 (0: none)
+    prefill: PrefillSchedule = PrefillSchedule()  # the prefill kernel's tiling
 
     @property
     def name(self) -> str:
         tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
-        return tag + (f"-pre{self.prefill_blocks}" if self.prefill_blocks else "")
+        return tag + (f"-{self.prefill.name}" if self.prefill != PrefillSchedule() else "")
 
 
+# prefill tilings the bench sweeps (session 7): FA2's (128 rows of one head, 32 per warp), the same
+# with the 4 heads of a GQA group sharing each K / V tile, today's warps with packed heads, 8 warps
+# of 16 rows, and today's tiling with the blocks longest-first over all heads
+PREFILL_SCHEDULES = (PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
+                     PrefillSchedule(pack=4, lpt=True), PrefillSchedule(warps=8, lpt=True),
+                     PrefillSchedule(lpt=True))  # fmt: skip
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
@@ -71,7 +95,8 @@ VARIANTS = {
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
-              DecodeVariant(prefill_blocks=3))  # 3 blocks per SM: ptxas spills ~60 B at d = 128
+              DecodeVariant(prefill=PrefillSchedule(min_blocks=3)),  # 3 blocks per SM: ptxas spills ~60 B at d = 128
+              *(DecodeVariant(prefill=p) for p in PREFILL_SCHEDULES))
 }  # fmt: skip
 
 
