@@ -53,12 +53,14 @@ class PrefillSchedule:
     pack: int = 1  # query heads of a GQA group per block (a power of 2): their rows share every K / V tile
     lpt: bool = False  # blocks longest-first over all heads (else longest-first within each head)
     min_blocks: int = 0  # __launch_bounds__ promise at head_dim <= 128 (0: none)
+    syncs: int = 4  # barriers per key tile: 4 (K and V each freed and refilled in a phase of its own) or 2 (FA2's)
 
     @property
     def name(self) -> str:
-        tile = (self.warps, self.tiles, self.pack, self.lpt) != (4, 1, 1, False)
-        return ("pre" + (str(self.min_blocks) if self.min_blocks else "")
-                + (f"w{self.warps}t{self.tiles}g{self.pack}" + ("l" if self.lpt else "") if tile else ""))  # fmt: skip
+        name = "pre" + (str(self.min_blocks) if self.min_blocks else "")
+        if (self.warps, self.tiles, self.pack, self.lpt, self.syncs) != (4, 1, 1, False, 4):
+            name += f"w{self.warps}t{self.tiles}g{self.pack}s{self.syncs}" + ("l" if self.lpt else "")
+        return name
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,9 @@ class DecodeVariant:
 # with the 4 heads of a GQA group sharing each K / V tile, today's warps with packed heads, 8 warps
 # of 16 rows, and today's tiling with the blocks longest-first over all heads
 PREFILL_SCHEDULES = (PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
-                     PrefillSchedule(pack=4, lpt=True), PrefillSchedule(warps=8, lpt=True),
-                     PrefillSchedule(lpt=True))  # fmt: skip
+                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2), PrefillSchedule(pack=4, lpt=True),
+                     PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
+                     PrefillSchedule(lpt=True, syncs=2))  # fmt: skip
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from luminal.backends.cuda.kernel import c_expr, store
 from luminal.backends.cuda.kernels.attention_decode import LOG2E, Spec, _params, q_index, q_value
 from luminal.dtype import DType
+from luminal.errors import BackendError
 from luminal.shape.expr import Expression, ceil_div, num
 from luminal.shape.tracker import linear_step
 
@@ -42,6 +43,7 @@ class Tiling:
     bn: int  # keys per tile
     lpt: bool
     min_blocks: int
+    syncs: int  # barriers per key tile (_stages)
 
     @property
     def threads(self) -> int:
@@ -71,7 +73,7 @@ def tiling(sp: Spec) -> Tiling:
     while pack > 1 and (sp.groups % pack or ps.warps % pack):
         pack //= 2
     mb = ps.min_blocks if sp.head_dim <= 128 else 0  # (d = 256 needs every register it can get)
-    return Tiling(ps.warps, tiles, pack, 64 if sp.head_dim <= 128 else 32, ps.lpt, mb)
+    return Tiling(ps.warps, tiles, pack, 64 if sp.head_dim <= 128 else 32, ps.lpt, mb, ps.syncs)
 
 
 def shared_bytes(sp: Spec) -> int:
@@ -271,6 +273,37 @@ def _lane_bases(tl: Tiling) -> str:
     )
 
 
+def _stages(syncs: int, ksk: str, vsk: str) -> dict[str, str]:
+    """C of the K / V tile pipeline (one buffer each) at its places in the key loop: the prologue,
+    the loop top, after Q K^T, before and after P @ V. 4 barriers a tile: K of tile j+1 loads during
+    tile j's softmax and P @ V, V of tile j+1 during tile j+1's Q K^T and softmax. 2 (FA2's order):
+    V of tile j loads during its Q K^T, K of tile j+1 during tile j's softmax and P @ V."""
+    k_next = f"    if (more) {{ load_tile(Ks, kh, {ksk}, j0 + BN); }}\n    KNAME_cp_commit();\n"
+    if syncs == 4:
+        return {
+            "pro": f"  if (jstart < kend) {{ load_tile(Vs, vh, {vsk}, jstart); }}\n  KNAME_cp_commit();\n",
+            "top": "    KNAME_cp_wait1();  // K of this tile (and Q) has landed (its V may still be in flight)\n"
+            "    __syncthreads();\n",
+            "mid": "    __syncthreads();  // every warp is done with Ks\n" + k_next,
+            "pv": "    KNAME_cp_wait1();  // V of this tile has landed (the next K may still be in flight)\n"
+            "    __syncthreads();\n",
+            "end": "    __syncthreads();  // every warp is done with Vs\n"
+            f"    if (more) {{ load_tile(Vs, vh, {vsk}, j0 + BN); }}\n    KNAME_cp_commit();\n",
+        }
+    if syncs != 2:
+        raise BackendError(f"prefill schedule: syncs = {syncs}, expected 2 or 4")
+    return {
+        "pro": "",
+        "top": "    KNAME_cp_wait0();  // K of this tile (and Q) has landed\n"
+        "    __syncthreads();  // ... and every warp is done with Vs\n"
+        f"    load_tile(Vs, vh, {vsk}, j0);\n    KNAME_cp_commit();\n",
+        "mid": "    KNAME_cp_wait0();  // V of this tile has landed\n"
+        "    __syncthreads();  // ... and every warp is done with Ks\n" + k_next,
+        "pv": "",
+        "end": "",
+    }
+
+
 def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     tl = tiling(sp)
     t, hd, g_ = sp.dtype.cuda, sp.head_dim, sp.groups
@@ -317,6 +350,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     wph = tl.warps // tl.pack  # warps per head
     q_load = _q_to_shared(sp, tl) if tl.q_shared else ""
     q_regs = "" if tl.q_shared else _q_registers(sp)
+    stage = _stages(tl.syncs, ksk, vsk)
     return f"""{intrinsics(sp.dtype)}{_bits(sp.dtype)}
 extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
@@ -354,9 +388,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
   const unsigned short* qb = reinterpret_cast<const unsigned short*>(q);
 {q_load}  if (jstart < kend) {{ load_tile(Ks, kh, {ksk}, jstart); }}
   KNAME_cp_commit();
-  if (jstart < kend) {{ load_tile(Vs, vh, {vsk}, jstart); }}
-  KNAME_cp_commit();
-{q_regs}  float o[{mt}][{hd // 8}][4], mx[{mt}][2], l[{mt}][2];
+{stage["pro"]}{q_regs}  float o[{mt}][{hd // 8}][4], mx[{mt}][2], l[{mt}][2];
 #pragma unroll
   for (int m = 0; m < {mt}; ++m) {{
     mx[m][0] = mx[m][1] = -INFINITY;
@@ -366,17 +398,12 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
   }}
   for (long long j0 = jstart; j0 < kend; j0 += BN) {{
     const bool more = j0 + BN < kend;
-{_lane_bases(tl)}    KNAME_cp_wait1();  // K of this tile (and Q) has landed (its V may still be in flight)
-    __syncthreads();
-    float sc[{mt}][BN / 8][4];
+{_lane_bases(tl)}{stage["top"]}    float sc[{mt}][BN / 8][4];
 #pragma unroll
     for (int m = 0; m < {mt}; ++m)
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) sc[m][n][0] = sc[m][n][1] = sc[m][n][2] = sc[m][n][3] = 0.0f;
-{_scores(sp, tl)}    __syncthreads();  // every warp is done with Ks
-    if (more) {{ load_tile(Ks, kh, {ksk}, j0 + BN); }}
-    KNAME_cp_commit();
-    const bool masked = !({" && ".join(full)});
+{_scores(sp, tl)}{stage["mid"]}    const bool masked = !({" && ".join(full)});
     unsigned pa[{mt}][BN / 16][4];
 #pragma unroll
     for (int m = 0; m < {mt}; ++m) {{
@@ -422,9 +449,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
         pa[m][n >> 1][(n & 1) * 2 + 1] = KNAME_pack(p2, p3);
       }}
     }}
-    KNAME_cp_wait1();  // V of this tile has landed (the next K may still be in flight)
-    __syncthreads();
-#pragma unroll
+{stage["pv"]}#pragma unroll
     for (int kc = 0; kc < BN / 16; ++kc)
 #pragma unroll
       for (int n = 0; n < {hd // 8}; n += 2) {{
@@ -436,10 +461,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
           KNAME_mma(o[m][n + 1], pa[m][kc], b[2], b[3]);
         }}
       }}
-    __syncthreads();  // every warp is done with Vs
-    if (more) {{ load_tile(Vs, vh, {vsk}, j0 + BN); }}
-    KNAME_cp_commit();
-  }}
+{stage["end"]}  }}
   KNAME_cp_wait0();
   const float empty = T == 0 ? 0.0f : __int_as_float(0x7fffffff);  // no visible key: 0 for t = 0, else NaN
   unsigned* ob = reinterpret_cast<unsigned*>(out);
