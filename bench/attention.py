@@ -1,7 +1,7 @@
 """Attention benchmark (GPU machine): KernelAttention next to torch's scaled_dot_product_attention
 (flash and cuDNN backends) on the same tensors.
 
-  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep]
+  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep] [--only decode|prefill]
   python bench/attention.py --dry [--sweep]   # CPU smoke: render + NVRTC (sm_90) + ptxas registers, no GPU
 
 Decode: llama-3.1-8b heads (32 q, 8 kv, head_dim 128), bf16, batch 1, one query at context
@@ -254,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
     ap.add_argument("--sweep", action="store_true", help="also time every schedule (attention_decode.VARIANTS)")
     ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
+    ap.add_argument("--only", choices=("decode", "prefill"), help="the decode or the prefill cases only")
     args = ap.parse_args(argv)
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
     if args.quick:
         cases = [("decode", 4096), ("prefill", 2048)]
+    cases = [c for c in cases if args.only in (None, c[0])]
     if args.dry:
         return dry(cases, args.sweep)
     from luminal.backends.cuda import driver

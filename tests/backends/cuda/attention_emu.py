@@ -131,6 +131,7 @@ static inline void KNAME_cp16(const KNAME_sa dst, const void* src, const bool va
 }
 static unsigned short KNAME_dyn_emu[1 << 17] __attribute__((aligned(16)));  // dynamic shared memory (256 KB)
 static inline unsigned short* KNAME_smem() { return KNAME_dyn_emu; }
+static inline float KNAME_exp2(const float x) { return exp2f(x); }
 static inline void KNAME_cp_commit() {}
 static inline void KNAME_cp_wait1() {}
 static inline void KNAME_cp_wait0() {}

@@ -1,14 +1,17 @@
 """Tensor-core flash attention (prefill) for KernelAttention (attention.py) on bf16 / f16: CUDA C.
 
-One block of 4 warps per (kv head, group, BM = 64 query rows); warp w owns rows 16w .. 16w+15 and
+Tiled by the variant's PrefillSchedule (attention_decode.py; `tiling` resolves it per op). Default:
+one block of 4 warps per (kv head, group, BM = 64 query rows); warp w owns rows 16w .. 16w+15 and
 keeps its Q fragments, its running max / sum and its (16 x head_dim) f32 output accumulator in
-registers for the whole key range. Key tiles of BN keys (64, or 32 for head_dim 256) are staged in
-shared memory by cp.async (16-byte copies, zero-filled past the last key): K of tile j+1 loads
-while tile j's softmax and P @ V run, V of tile j+1 while tile j+1's Q K^T runs. Q K^T and P @ V
-are `mma.sync.m16n8k16` (f32 accumulators); the K operand is read from shared memory as 32-bit
-pairs, V through `ldmatrix.trans`, P goes from the score accumulators to A fragments in registers
-(rounded to the input dtype). Rows of a pitch of head_dim + 8 elements keep both conflict-free.
-Static shared memory stays within 48 KB (no opt-in attribute needed): 2 * BN * (head_dim + 8) * 2.
+registers for the whole key range. With `tiles` = 2 a warp owns 32 rows (two m-tiles: each K / V
+fragment feeds two MMAs, the block's K / V tiles serve 128 rows) and reads its Q fragments from
+shared memory every key tile; `pack` heads of a GQA group share a block (rows / pack each). Key
+tiles of BN keys (64, or 32 for head_dim 256) are staged in shared memory by cp.async (16-byte
+copies, zero-filled past the last key), K and V one buffer each, refilled as `_stages` orders it.
+Q K^T and P @ V are `mma.sync.m16n8k16` (f32 accumulators); Q and K fragments come by ldmatrix,
+V by `ldmatrix.trans`, P goes from the score accumulators to A fragments in registers (rounded to
+the input dtype). Rows of a pitch of head_dim + 8 elements keep them conflict-free. Shared memory
+past 48 KB (Q of 128 rows at head_dim 128) is dynamic: the launch declares it (Launch.shared).
 
 Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit inputs; g = lane / 4, c = lane % 4):
 A (16 x 16, row-major): a0 = A[g][2c, 2c+1], a1 = A[g+8][2c, 2c+1], a2 = A[g][2c+8, 2c+9],
@@ -120,6 +123,11 @@ __device__ __forceinline__ void KNAME_ldsm4(unsigned* r, const KNAME_sa s) {{
 }}
 __device__ __forceinline__ void KNAME_cp16(const KNAME_sa s, const void* src, const bool valid) {{
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}}
+__device__ __forceinline__ float KNAME_exp2(const float x) {{  // one MUFU.EX2 (exp2f: 4 instructions), 0 below 2^-126
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }}
 __device__ __forceinline__ unsigned short* KNAME_smem() {{
   extern __shared__ __align__(16) unsigned short KNAME_dyn[];
@@ -323,7 +331,9 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
         score = f"{sp.softcap!r}f * tanhf(x * {sp.scale / sp.softcap!r}f) * {LOG2E!r}f"
     else:
         score = f"x * {sp.scale * LOG2E!r}f"
-    bounds = f"__launch_bounds__({nt}, {tl.min_blocks})" if tl.min_blocks else f"__launch_bounds__({nt})"
+    # (past 128 threads ptxas otherwise holds the kernel to 128 registers: 8 warps at head_dim 64 spilled)
+    mb = tl.min_blocks or (1 if nt > 128 else 0)
+    bounds = f"__launch_bounds__({nt}, {mb})" if mb else f"__launch_bounds__({nt})"
     kend = "(past + rlast + 1 < T ? past + rlast + 1 : T)" if sp.causal else "T"
     kbeg = f"(past + m0 - {sp.window} + 1 > 0 ? past + m0 - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
     # a tile needs per-element masks unless every row of the block sees every key of it
@@ -357,6 +367,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
   if (S == 0 || {skip}) return;
   const long long T = {c_expr(sp.t)}, past = {c_expr(sp.past)};
   constexpr int BN = {bn}, P = {pitch};
+  constexpr float SL = {sl!r}f;  // scores to log2 units in the exponent (1: they are already)
   {smem}
   unsigned short* const Qs = sm;
   unsigned short* const Ks = sm + {q_rows * pitch};
@@ -429,8 +440,8 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
         tmax[e] = fmaxf(tmax[e], __shfl_xor_sync(0xffffffffu, tmax[e], 2));
         const float mn = fmaxf(mx[m][e], tmax[e]);
         const float mu = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet: exp2(-inf - 0) = 0
-        alpha[e] = exp2f((mx[m][e] - mu) * {sl!r}f);
-        mus[e] = mu * {sl!r}f;
+        alpha[e] = KNAME_exp2((mx[m][e] - mu) * SL);
+        mus[e] = mu * SL;
         mx[m][e] = mn;
         l[m][e] *= alpha[e];
       }}
@@ -441,8 +452,8 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
       }}
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n) {{
-        const float p0 = exp2f(fmaf(sc[m][n][0], {sl!r}f, -mus[0])), p1 = exp2f(fmaf(sc[m][n][1], {sl!r}f, -mus[0]));
-        const float p2 = exp2f(fmaf(sc[m][n][2], {sl!r}f, -mus[1])), p3 = exp2f(fmaf(sc[m][n][3], {sl!r}f, -mus[1]));
+        const float p0 = KNAME_exp2(fmaf(sc[m][n][0], SL, -mus[0])), p1 = KNAME_exp2(fmaf(sc[m][n][1], SL, -mus[0]));
+        const float p2 = KNAME_exp2(fmaf(sc[m][n][2], SL, -mus[1])), p3 = KNAME_exp2(fmaf(sc[m][n][3], SL, -mus[1]));
         l[m][0] += p0 + p1;
         l[m][1] += p2 + p3;
         pa[m][n >> 1][(n & 1) * 2] = KNAME_pack(p0, p1);
