@@ -43,8 +43,24 @@ def test_tiling_resolves_per_op():
 
 @pytest.mark.parametrize(
     ("schedule", "hd", "shared"),
-    [(PrefillSchedule(), 128, 0), (FA2, 64, 0), (FA2, 128, (128 + 2 * 64) * 136 * 2), (FA2, 256, 0)],
-    ids=["default", "fa2-hd64", "fa2-hd128", "fa2-hd256"],
+    [
+        (PrefillSchedule(), 128, 0),
+        (FA2, 64, 0),
+        (FA2, 128, (128 + 2 * 64) * 136 * 2),
+        (FA2, 256, 0),
+        (PrefillSchedule(syncs=1), 128, 4 * 64 * 136 * 2),
+        (PrefillSchedule(tiles=2, syncs=1), 128, (128 + 4 * 64) * 136 * 2),
+        (PrefillSchedule(syncs=1), 64, 0),
+    ],
+    ids=[
+        "default",
+        "fa2-hd64",
+        "fa2-hd128",
+        "fa2-hd256",
+        "double-buffered",
+        "fa2-double-buffered",
+        "double-buffered-hd64",
+    ],
 )
 def test_launch_declares_dynamic_shared_memory_past_48k(schedule, hd, shared):
     """Shared memory past 48 KB is dynamic: the launch carries its size (driver.Module.function opts

@@ -53,7 +53,9 @@ class PrefillSchedule:
     pack: int = 1  # query heads of a GQA group per block (a power of 2): their rows share every K / V tile
     lpt: bool = False  # blocks longest-first over all heads (else longest-first within each head)
     min_blocks: int = 0  # __launch_bounds__ promise at head_dim <= 128 (0: none)
-    syncs: int = 4  # barriers per key tile: 4 (K and V each freed and refilled in a phase of its own) or 2 (FA2's)
+    # barriers per key tile: 4 (K and V each freed and refilled in a phase of its own), 2 (FA2's order)
+    # or 1 (K and V double-buffered: tile j+1 loads during all of tile j)
+    syncs: int = 4
 
     @property
     def name(self) -> str:
@@ -84,13 +86,15 @@ class DecodeVariant:
         return tag + (f"-{self.prefill.name}" if self.prefill != PrefillSchedule() else "")
 
 
-# prefill tilings the bench sweeps (session 7): FA2's (128 rows of one head, 32 per warp), the same
-# with the 4 heads of a GQA group sharing each K / V tile, today's warps with packed heads, 8 warps
-# of 16 rows, and today's tiling with the blocks longest-first over all heads
+# prefill tilings the bench sweeps (session 7): FA2's (128 rows of one head, 32 per warp); the same
+# over the 4 heads of a GQA group (32 rows each: half the keys wasted on the diagonal) with 4, 2 and
+# 1 barriers per key tile; session 6's warps over 4 packed heads; 8 warps of 16 rows; session 6's
+# tiling longest-first over all heads with 4, 2 and 1 barriers
 PREFILL_SCHEDULES = (PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
-                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2), PrefillSchedule(pack=4, lpt=True),
+                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2),
+                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=1), PrefillSchedule(pack=4, lpt=True),
                      PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
-                     PrefillSchedule(lpt=True, syncs=2))  # fmt: skip
+                     PrefillSchedule(lpt=True, syncs=2), PrefillSchedule(lpt=True, syncs=1))  # fmt: skip
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v

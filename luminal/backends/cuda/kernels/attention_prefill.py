@@ -63,6 +63,11 @@ class Tiling:
         return self.bm // self.pack
 
     @property
+    def stages(self) -> int:
+        """K / V buffers (2: tile j+1 loads into the other while tile j is computed, one barrier a tile)."""
+        return 2 if self.syncs == 1 else 1
+
+    @property
     def q_shared(self) -> bool:
         """Q fragments read from shared memory each key tile (two tiles of Q in registers would not fit)."""
         return self.tiles > 1
@@ -82,7 +87,7 @@ def tiling(sp: Spec) -> Tiling:
 def shared_bytes(sp: Spec) -> int:
     """The block's shared memory: K and V tiles (and Q where its fragments are read from there)."""
     tl = tiling(sp)
-    return ((tl.bm if tl.q_shared else 0) + 2 * tl.bn) * (sp.head_dim + PAD) * 2
+    return ((tl.bm if tl.q_shared else 0) + 2 * tl.bn * tl.stages) * (sp.head_dim + PAD) * 2
 
 
 def dynamic_shared(sp: Spec) -> int:
@@ -266,9 +271,9 @@ def _lane_bases(tl: Tiling) -> str:
     so it folds the offsets into the instructions instead of keeping every address live across the
     loop (which spilled)."""
     if tl.q_shared:  # K: matrices (keys n*8.., dims lo), (n*8.., hi), ((n+1)*8.., lo), ((n+1)*8.., hi)
-        k = "Ks + (((lane >> 4) & 1) * 8 + (lane & 7)) * P + ((lane >> 3) & 1) * 8"
+        k = "Kt + (((lane >> 4) & 1) * 8 + (lane & 7)) * P + ((lane >> 3) & 1) * 8"
     else:  # K: matrices (keys n*8.., dims kk*16 + 0 / 8, (kk+1)*16 + 0 / 8)
-        k = "Ks + (lane & 7) * P + (lane >> 4) * 16 + ((lane >> 3) & 1) * 8"
+        k = "Kt + (lane & 7) * P + (lane >> 4) * 16 + ((lane >> 3) & 1) * 8"
     q = "    KNAME_sa qa0 = KNAME_saddr(Qs + (wrow + (lane & 15)) * P + (lane >> 4) * 8);\n" if tl.q_shared else ""
     launder = (
         '    asm volatile("" : "+r"(qa0), "+r"(ka), "+r"(va));\n'
@@ -277,21 +282,40 @@ def _lane_bases(tl: Tiling) -> str:
     )
     return (
         f"{q}    KNAME_sa ka = KNAME_saddr({k});\n"
-        "    KNAME_sa va = KNAME_saddr(Vs + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + (lane >> 4) * 8);\n" + launder
+        "    KNAME_sa va = KNAME_saddr(Vt + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + (lane >> 4) * 8);\n" + launder
     )
 
 
 def _stages(syncs: int, ksk: str, vsk: str) -> dict[str, str]:
-    """C of the K / V tile pipeline (one buffer each) at its places in the key loop: the prologue,
+    """C of the K / V tile pipeline at its places in the key loop: the prologue,
     the loop top, after Q K^T, before and after P @ V. 4 barriers a tile: K of tile j+1 loads during
     tile j's softmax and P @ V, V of tile j+1 during tile j+1's Q K^T and softmax. 2 (FA2's order):
-    V of tile j loads during its Q K^T, K of tile j+1 during tile j's softmax and P @ V."""
+    V of tile j loads during its Q K^T, K of tile j+1 during tile j's softmax and P @ V. 1: two
+    buffers each (Tiling.stages), K and V of tile j+1 load during all of tile j."""
     k_next = f"    if (more) {{ load_tile(Ks, kh, {ksk}, j0 + BN); }}\n    KNAME_cp_commit();\n"
+    v0 = f"  if (jstart < kend) {{ load_tile(Vs, vh, {vsk}, jstart); }}\n  KNAME_cp_commit();\n"
+    one = "    unsigned short* const Kt = Ks;\n    unsigned short* const Vt = Vs;\n"  # the tile's buffers
+    if syncs == 1:
+        return {
+            "pro": v0,
+            "top": "    KNAME_cp_wait0();  // K and V of this tile have landed\n"
+            "    __syncthreads();  // ... and every warp is done with the other buffers (tile j-1)\n"
+            "    const int stage = (int)((j0 - jstart) / BN) & 1;\n"
+            "    unsigned short* const Kt = Ks + stage * 2 * BN * P;\n"
+            "    unsigned short* const Vt = Vs + stage * 2 * BN * P;\n"
+            "    if (more) {\n"
+            f"      load_tile(Ks + (stage ^ 1) * 2 * BN * P, kh, {ksk}, j0 + BN);\n"
+            f"      load_tile(Vs + (stage ^ 1) * 2 * BN * P, vh, {vsk}, j0 + BN);\n"
+            "    }\n    KNAME_cp_commit();\n",
+            "mid": "",
+            "pv": "",
+            "end": "",
+        }
     if syncs == 4:
         return {
-            "pro": f"  if (jstart < kend) {{ load_tile(Vs, vh, {vsk}, jstart); }}\n  KNAME_cp_commit();\n",
+            "pro": v0,
             "top": "    KNAME_cp_wait1();  // K of this tile (and Q) has landed (its V may still be in flight)\n"
-            "    __syncthreads();\n",
+            "    __syncthreads();\n" + one,
             "mid": "    __syncthreads();  // every warp is done with Ks\n" + k_next,
             "pv": "    KNAME_cp_wait1();  // V of this tile has landed (the next K may still be in flight)\n"
             "    __syncthreads();\n",
@@ -299,12 +323,12 @@ def _stages(syncs: int, ksk: str, vsk: str) -> dict[str, str]:
             f"    if (more) {{ load_tile(Vs, vh, {vsk}, j0 + BN); }}\n    KNAME_cp_commit();\n",
         }
     if syncs != 2:
-        raise BackendError(f"prefill schedule: syncs = {syncs}, expected 2 or 4")
+        raise BackendError(f"prefill schedule: syncs = {syncs}, expected 1, 2 or 4")
     return {
         "pro": "",
         "top": "    KNAME_cp_wait0();  // K of this tile (and Q) has landed\n"
         "    __syncthreads();  // ... and every warp is done with Vs\n"
-        f"    load_tile(Vs, vh, {vsk}, j0);\n    KNAME_cp_commit();\n",
+        f"    load_tile(Vs, vh, {vsk}, j0);\n    KNAME_cp_commit();\n" + one,
         "mid": "    KNAME_cp_wait0();  // V of this tile has landed\n"
         "    __syncthreads();  // ... and every warp is done with Ks\n" + k_next,
         "pv": "",
@@ -356,7 +380,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     if shared_bytes(sp) > STATIC_SHARED:
         smem = "unsigned short* const sm = KNAME_smem();"
     else:
-        smem = f"__shared__ __align__(16) unsigned short sm[{(q_rows + 2 * bn) * pitch}];"
+        smem = f"__shared__ __align__(16) unsigned short sm[{(q_rows + 2 * bn * tl.stages) * pitch}];"
     wph = tl.warps // tl.pack  # warps per head
     q_load = _q_to_shared(sp, tl) if tl.q_shared else ""
     q_regs = "" if tl.q_shared else _q_registers(sp)
@@ -371,7 +395,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
   {smem}
   unsigned short* const Qs = sm;
   unsigned short* const Ks = sm + {q_rows * pitch};
-  unsigned short* const Vs = Ks + BN * P;
+  unsigned short* const Vs = Ks + BN * P;  // (stage 2: Ks + 2 * BN * P, Vs + 2 * BN * P)
   const long long nmb = (S + {tl.rows - 1}) / {tl.rows};
 {where}
   const long long h = hb / {gpb}, gbase = hb % {gpb} * {tl.pack};
@@ -409,7 +433,7 @@ extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not N
   }}
   for (long long j0 = jstart; j0 < kend; j0 += BN) {{
     const bool more = j0 + BN < kend;
-{_lane_bases(tl)}{stage["top"]}    float sc[{mt}][BN / 8][4];
+{stage["top"]}{_lane_bases(tl)}    float sc[{mt}][BN / 8][4];
 #pragma unroll
     for (int m = 0; m < {mt}; ++m)
 #pragma unroll
