@@ -65,6 +65,11 @@ class PrefillSchedule:
         return name
 
 
+# the prefill tiling the plans use (session 6's; the sweep's `PREFILL_SCHEDULES` are the candidates
+# to replace it: measure with `bench/attention.py --only prefill --sweep`, then set it here)
+PREFILL = PrefillSchedule()
+
+
 @dataclass(frozen=True)
 class DecodeVariant:
     """A schedule of KernelAttention's kernels, mostly the decode kernel's (bench/attention.py --sweep
@@ -78,19 +83,20 @@ class DecodeVariant:
     # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none; measured on the
     # H200, session 5: the prefetch a step ahead made the kernel 1.10-1.20x slower at 1k-32k keys)
     prefetch: int = 0
-    prefill: PrefillSchedule = PrefillSchedule()  # the prefill kernel's tiling
+    prefill: PrefillSchedule = PREFILL  # the prefill kernel's tiling
 
     @property
     def name(self) -> str:
         tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
-        return tag + (f"-{self.prefill.name}" if self.prefill != PrefillSchedule() else "")
+        return tag + (f"-{self.prefill.name}" if self.prefill != PREFILL else "")
 
 
-# prefill tilings the bench sweeps (session 7): FA2's (128 rows of one head, 32 per warp); the same
-# over the 4 heads of a GQA group (32 rows each: half the keys wasted on the diagonal) with 4, 2 and
-# 1 barriers per key tile; session 6's warps over 4 packed heads; 8 warps of 16 rows; session 6's
-# tiling longest-first over all heads with 4, 2 and 1 barriers
-PREFILL_SCHEDULES = (PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
+# prefill tilings the bench sweeps (session 7; the one equal to PREFILL is the default's): session
+# 6's; FA2's (128 rows of one head, 32 per warp); the same over the 4 heads of a GQA group (32 rows
+# each: half the keys wasted on the diagonal) with 4, 2 and 1 barriers per key tile; session 6's
+# warps over 4 packed heads; 8 warps of 16 rows; session 6's tiling longest-first over all heads
+# with 4, 2 and 1 barriers
+PREFILL_SCHEDULES = (PrefillSchedule(), PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
                      PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2),
                      PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=1), PrefillSchedule(pack=4, lpt=True),
                      PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
