@@ -78,6 +78,8 @@ static WarpX wx[32];
 
 # The intrinsics on exchanged warp registers. ELEM converts one 16-bit pattern to float.
 EMU = r"""
+typedef const char* KNAME_sa;  // a shared-memory address, offsets in bytes
+static inline KNAME_sa KNAME_saddr(const unsigned short* p) { return (const char*)p; }
 static inline void KNAME_mma(float* d, const unsigned* a, const unsigned b0, const unsigned b1) {
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
   for (int i = 0; i < 4; ++i) wx[w].a[l][i] = a[i];
@@ -101,7 +103,8 @@ static inline void KNAME_mma(float* d, const unsigned* a, const unsigned b0, con
   warp_bar[w]->arrive_and_wait();
   for (int e = 0; e < 4; ++e) d[e] = r[e];
 }
-static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
+static inline void KNAME_ldsm4t(unsigned* r, const KNAME_sa s) {
+  const unsigned short* p = (const unsigned short*)s;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   wx[w].p[l] = p;
   warp_bar[w]->arrive_and_wait();
@@ -112,7 +115,8 @@ static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
   }
   warp_bar[w]->arrive_and_wait();
 }
-static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
+static inline void KNAME_ldsm4(unsigned* r, const KNAME_sa s) {
+  const unsigned short* p = (const unsigned short*)s;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   wx[w].p[l] = p;
   warp_bar[w]->arrive_and_wait();
@@ -122,9 +126,12 @@ static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
   }
   warp_bar[w]->arrive_and_wait();
 }
-static inline void KNAME_cp16(unsigned short* dst, const void* src, const bool valid) {
-  if (valid) memcpy(dst, src, 16); else memset(dst, 0, 16);
+static inline void KNAME_cp16(const KNAME_sa dst, const void* src, const bool valid) {
+  if (valid) memcpy((char*)dst, src, 16); else memset((char*)dst, 0, 16);
 }
+static unsigned short KNAME_dyn_emu[1 << 17] __attribute__((aligned(16)));  // dynamic shared memory (256 KB)
+static inline unsigned short* KNAME_smem() { return KNAME_dyn_emu; }
+static inline float KNAME_exp2(const float x) { return exp2f(x); }
 static inline void KNAME_cp_commit() {}
 static inline void KNAME_cp_wait1() {}
 static inline void KNAME_cp_wait0() {}
