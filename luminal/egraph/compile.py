@@ -312,16 +312,17 @@ class _Compilation:
             self.bases[name] = prog.serialize_graph(graph, self.registry, {})
         return self.bases[name]
 
-    def prefetch(self, buckets: Sequence[Bounds]) -> None:
+    def prefetch(self, buckets: Sequence[Bounds], regions: Sequence[tuple[str, Graph]] | None = None) -> None:
         """For a backend with `prefetch` (CUDA: compile kernels in the background): hand it the preferred
-        plan of every region and bucket saturated by `prepare`, before any search, so the longest kernels
-        (prefill attention: ~5 s of NVRTC) compile while the first buckets are searched."""
+        plan of every region (of `regions`: default all) and bucket saturated by `prepare`, before any
+        search, so the longest kernels (prefill attention: ~5 s of NVRTC) compile while the other regions
+        saturate and the first buckets are searched."""
         fn = getattr(self.backend, "prefetch", None)
         if fn is None or not self.pre:
             return
         for bounds in buckets:
             env = _profile_env(self.graph, bounds, self.opts.profile_dims)
-            for name, graph in self.regions:
+            for name, graph in self.regions if regions is None else regions:
                 key = self._program(name, graph, bounds)[1]
                 res = self.pre.get(key)
                 if res is None or key in self.views:
@@ -340,7 +341,8 @@ class _Compilation:
         one saturation: the phases before the first that runs `cleanup` (which deletes) run once, then
         each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
         costs only the matches the facts enable. The e-graphs equal the separately saturated ones
-        (tests/egraph/test_roll.py)."""
+        (tests/egraph/test_roll.py). Each region's preferred plans are prefetched (`prefetch`) as soon as
+        it is saturated: its kernels compile while the next region saturates."""
         phases = self.backend.phases
         shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets()), len(phases))
         if len(buckets) < 2 or shared == 0:
@@ -362,6 +364,7 @@ class _Compilation:
             self.saturations[name] += 1
             self.stats["egglog_commands"] = (self.stats.get("egglog_commands", 0) + len(base.commands)
                                              + sum(len(f) for f in pending.values()))  # fmt: skip
+            self.prefetch(buckets, [(name, graph)])
 
     def _dump(self, name: str, content: Callable[[], str]) -> None:
         """LUMINAL_DUMP: write `content()` (computed only when dumping) as `name` in the dump dir."""
@@ -416,8 +419,7 @@ def compile_plans(
 
 def _plans(comp: _Compilation, buckets: list[Bounds]) -> list[tuple[Bounds, LLIRGraph]]:
     if comp.opts.share_saturation:
-        comp.prepare(buckets)
-        comp.prefetch(buckets)
+        comp.prepare(buckets)  # prefetches each region's preferred plans once it is saturated
     return [(b, comp.bucket(b)) for b in buckets]
 
 
