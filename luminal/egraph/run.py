@@ -128,7 +128,8 @@ def saturate_buckets(
 ) -> list[RunResult]:
     """The graph program saturated once under the first `shared` phases, then, per entry of `facts`
     (each bucket's bound facts), those facts added in a (push) and every phase run again, serialized,
-    (pop). Rules only add facts, so the re-run reaches the e-graph that saturating with the facts from
+    (pop) -- the last entry without a push of its own: the pooled graph's own (pop) discards it.
+    Rules only add facts, so the re-run reaches the e-graph that saturating with the facts from
     the start reaches, at the cost of the matches the facts enable; the shared phases must not delete
     (cleanup is never shared). The first result carries the shared load and phases."""
     t0 = time.perf_counter()
@@ -143,7 +144,10 @@ def saturate_buckets(
     absorbed = 0
     for k, cmds in enumerate(facts):
         t1 = time.perf_counter()
-        if len(facts) > 1:
+        # every bucket but the last runs in a (push) of its own; the last runs on the shared state
+        # directly: `_give_back`'s (pop) discards it with the graph (a push copies the e-graph)
+        scoped = k < len(facts) - 1
+        if scoped:
             _exec(eg, "(push)", "push")
         if cmds:
             _exec(eg, "\n".join(cmds) + "\n", "bound facts")
@@ -156,7 +160,7 @@ def saturate_buckets(
         except _eb().EggSmolError as e:
             raise CompileError(f"egglog could not serialize the e-graph: {e}") from None
         t3 = time.perf_counter()
-        if len(facts) > 1:
+        if scoped:
             _exec(eg, "(pop)", "pop")
         absorbed += len(data.get("nodes", ()))
         head = shared_reports if k == 0 else []
