@@ -31,7 +31,7 @@ from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
 from luminal.egraph.rulesets import CLEANUP
-from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
+from luminal.egraph.run import PhaseReport, RunResult, one_compile, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
 from luminal.errors import CompileError, InputError, LuminalError
 from luminal.graph import Graph
@@ -382,17 +382,18 @@ def compile_plans(
     counters = _counters(backend)
     buckets = bucket_bounds(graph, opts.buckets)
     comp = _Compilation(graph, backend, opts)
-    try:
-        plans = _plans(comp, buckets)
-    except LuminalError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
-        if comp.rolling is None:
+    with one_compile():  # a pooled prelude serves every region of this compile (run.py)
+        try:
+            plans = _plans(comp, buckets)
+        except LuminalError:
             raise
-        log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
-        comp = _Compilation(graph, backend, replace(opts, roll=False))
-        comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
-        plans = _plans(comp, buckets)
+        except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
+            if comp.rolling is None:
+                raise
+            log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
+            comp = _Compilation(graph, backend, replace(opts, roll=False))
+            comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
+            plans = _plans(comp, buckets)
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     t = time.perf_counter()

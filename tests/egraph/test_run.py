@@ -58,3 +58,19 @@ def test_the_last_bucket_runs_without_a_push_of_its_own_and_the_pool_is_clean_af
     assert texts.count("(push)") == 1 + len(facts) - 1 and texts.count("(pop)") == texts.count("(push)")
     assert all(o.egraph_json == fresh for o in outs)
     assert run.saturate(head, gp, be.phases).egraph_json == fresh  # the pooled graph is back at the prelude
+
+
+def test_a_spent_pooled_prelude_serves_the_rest_of_its_compile_and_is_retired_at_its_end(monkeypatch):
+    """A rolled model's regions saturate one after another in the pooled prelude: one that has absorbed
+    its share mid-compile still serves the compile's next regions (before, each next region reloaded the
+    prelude: gemma-3-1b's body1 after body0), and is retired when the compile ends."""
+    from tests.egraph.test_roll import decoder
+
+    monkeypatch.setattr(run, "_POOL", {})
+    monkeypatch.setattr(run, "POOL_RETIRE_NODES", 1)  # spent after its first region
+    loads, retired = run.POOL_STATS["loads"], run.POOL_STATS["retired"]
+    opts = CompileOptions(cache=False, search_budget=2, buckets={"s": [(1, 1), (2, 8)]})
+    _, _, st = compile_plans(decoder(2), ReferenceBackend(), opts)
+    assert len(st["rolled"]["saturations"]) >= 2  # outer and body0: two regions
+    assert run.POOL_STATS["loads"] - loads == 1  # 2 without one_compile
+    assert run.POOL_STATS["retired"] - retired == 1 and run._POOL == {}
