@@ -58,7 +58,9 @@ class CompileOptions:
     profile_dims: Mapping[str, int] = field(default_factory=dict)  # dims used when ranking candidates
     cache: bool = True
     roll: bool = True  # compile repeated layers once per kind (luminal/egraph/roll.py)
-    share_saturation: bool = True  # buckets differing only in bound facts share one saturation
+    # buckets differing only in bound facts share one saturation (phases marked needs_bounds excepted;
+    # the e-graph may keep alternatives made while a dim was free: extract.preferred_genome's tie-break)
+    share_saturation: bool = True
 
     @staticmethod
     def from_kwargs(options: Mapping[str, object]) -> CompileOptions:
@@ -338,13 +340,15 @@ class _Compilation:
 
     def prepare(self, buckets: Sequence[Bounds]) -> None:
         """Buckets whose region programs differ only in their bound facts (and are not cached) share
-        one saturation: the phases before the first that runs `cleanup` (which deletes) run once, then
+        one saturation: the phases before the first that runs `cleanup` (which deletes) or needs the
+        bucket's bounds (Phase.needs_bounds: a choice the facts would reverse) run once, then
         each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
         costs only the matches the facts enable. The e-graphs equal the separately saturated ones
         (tests/egraph/test_roll.py). Each region's preferred plans are prefetched (`prefetch`) as soon as
         it is saturated: its kernels compile while the next region saturates."""
         phases = self.backend.phases
-        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets()), len(phases))
+        shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets() or ph.needs_bounds),
+                      len(phases))  # fmt: skip
         if len(buckets) < 2 or shared == 0:
             return
         for name, graph in self.regions:

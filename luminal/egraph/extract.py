@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from luminal.dtype import DType
@@ -161,11 +161,37 @@ class EGraphView:
         """Per class, the node whose op (or OpKind) comes first in `prefer`, else the grounded one."""
         rank = {name: r for r, name in enumerate(prefer)}
         g = self.grounded_genome()
+        weight = self._op_weights()
         for k, c in enumerate(self.classes):
-            ranked = [(rank[op], j) for j, m in enumerate(self.choices[c]) if (op := self._op_name(m)) in rank]
+            ranked = [(rank[op], weight(m), j) for j, m in enumerate(self.choices[c])
+                      if (op := self._op_name(m)) in rank]  # fmt: skip
             if ranked:
-                g[k] = min(ranked)[1]
+                g[k] = min(ranked)[2]
         return g
+
+    def _op_weights(self) -> Callable[[int], float]:
+        """Ties among a class's equally preferred nodes go to the one with the fewest ops below it: per
+        node, 1 for an op plus the least such count of each IR child class (a tree count, shared
+        subterms counted again; a fixpoint over cycles). Two equal ops reading equal values differ in
+        what computes those values: a copy left by a rule that fired before a bucket's bounds pinned
+        a dim (the decode plan's attention output, session 7) costs a launch that the other avoids."""
+        inf = float("inf")
+        best = dict.fromkeys(self.members, inf)  # every class of the view: IR, lists, kinds, expressions
+
+        def node(m: int) -> float:
+            n = self.nodes[m]
+            return (n.op == "Op") + sum(best.get(c, 0.0) for c in n.children)
+
+        order = sorted(self.members, key=lambda c: self.rank.get(c, len(self.rank)))
+        for _ in range(64):
+            changed = False
+            for c in order:
+                w = min(node(m) for m in self.members[c])
+                if w < best[c]:
+                    best[c], changed = w, True
+            if not changed:
+                break
+        return node
 
     def _op_name(self, m: int) -> str:
         n = self.nodes[m]

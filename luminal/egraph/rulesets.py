@@ -91,10 +91,14 @@ def saturate(*steps: Schedule | str) -> Saturate:
 
 @dataclass(frozen=True)
 class Phase:
-    """A named, separately timed `(run-schedule ...)`."""
+    """A named, separately timed `(run-schedule ...)`. `needs_bounds`: its rules make a choice that
+    a bucket's bound facts can reverse (a test that an upper bound is *above* a limit, which holds
+    before the facts tighten it), so buckets sharing a saturation (run.saturate_buckets) must not
+    share it: it runs only after each bucket's facts are in."""
 
     name: str
     schedule: Schedule
+    needs_bounds: bool = False
 
     def text(self) -> str:
         return f"(run-schedule {self.schedule.text()})"
@@ -118,9 +122,11 @@ def main_cycle(lowering: Sequence[str], growth: Sequence[str] = ()) -> tuple[Pha
 
 def with_buffer_reuse(phases: Sequence[Phase], ruleset: str) -> tuple[Phase, ...]:
     """`phases` with a phase running the backend's `ruleset` of in-place rewrites (state updated in
-    its own buffer) to saturation just before the final cleanup, which drops the facts it reads."""
+    its own buffer) to saturation just before the final cleanup, which drops the facts it reads. It
+    needs the bucket's bounds: its launch shape (one block or the whole grid) is chosen by an upper
+    bound on the index count, exactly one shape per bucket (inplace.egg)."""
     *body, last = phases
-    return (*body, Phase(ruleset, saturate(ruleset)), last)
+    return (*body, Phase(ruleset, saturate(ruleset), needs_bounds=True), last)
 
 
 # -- validation --------------------------------------------------------------------------------------

@@ -202,3 +202,23 @@ def test_decode_step_on_the_gpu(name):
     want = ReferenceExecutor(model.graph.nodes, model.graph.outputs).run({k: v.copy() for k, v in feed.items()}, dims)
     got = ex.run({k: v.copy() for k, v in feed.items()}, dims)
     _check(name, model, feed, {k: np.asarray(v).copy() for k, v in got.items()}, want)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_engine_buckets_keep_the_decode_plan(name, fake):
+    """The decode plan compiled beside the prefill bucket (the engine's two buckets, one shared
+    saturation) launches what it launches compiled alone: the one-block cache writes. The shared
+    phases once ran buffer_reuse before the bucket's facts, so its grid-wide write (chosen where the
+    index count is unbounded) stayed in the decode e-graph and the search took it: 4 extra launches a
+    layer on the H200 (session 7)."""
+    from luminal.egraph.compile import CompileOptions, compile_plans
+    from luminal.models.engine import step_buckets
+
+    g = step(name, 1, small=True).graph
+    buckets = [{d: b for d, b in plan.items() if d in g.dims()} for plan in step_buckets(CAP)]
+    opts = CompileOptions.from_kwargs({"cache": False, "buckets": buckets})
+    _, plans, stats = compile_plans(g, CpuCudaBackend(), opts)
+    alone = _preferred(g, None, buckets[0])
+    assert launches(plans[0]) == launches(alone), (launches(plans[0]), launches(alone))
+    writes = [n.op for n in plans[0].nodes if type(n.op).__name__ == "KernelScatterFused"]
+    assert len(writes) == 2 and not any(w.wide for w in writes), writes
