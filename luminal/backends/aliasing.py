@@ -36,18 +36,26 @@ def alias_roots(nodes: Sequence) -> dict[int, tuple[int, Expression]]:
 
 
 def check_inplace(nodes: Sequence) -> None:
-    """BackendError when an in-place op would overwrite bytes that another node still reads."""
+    """BackendError when an in-place op would overwrite bytes that another node still reads.
+
+    Paired writes (an op with `also_writes`: KernelScatterPair) are exempt for both buffers they
+    write: a plan may take the pair for one cache and the plain in-place scatter (or a copying one)
+    for the other, so the pair shares the buffer with that scatter, which writes the same rows with
+    the same values (inplace.egg, `scatter-pair`: both compute the same e-class), and with the
+    KernelAliasAfter nodes that read the buffer after it."""
     readers: dict[int, int] = {}
     for n in nodes:
         for s in n.inputs:
             readers[s] = readers.get(s, 0) + 1
     for i, n in enumerate(nodes):
-        if not n.op.inplace:
+        if not n.op.inplace or n.op.also_writes():
             continue
         a = n.op.alias()
         if a is None:
             raise BackendError(f"{type(n.op).__name__} is in-place but declares no alias()")
         j = n.inputs[a[0]]
+        if any(nodes[r].op.also_writes() for r in _readers_of(nodes, j)):
+            continue
         while True:
             if readers.get(j, 0) != 1:
                 raise BackendError(
@@ -58,3 +66,19 @@ def check_inplace(nodes: Sequence) -> None:
             if up is None:
                 break
             j = nodes[j].inputs[up[0]]
+
+
+def _readers_of(nodes: Sequence, j: int) -> list[int]:
+    return [r for r, n in enumerate(nodes) if j in n.inputs]
+
+
+def written_roots(nodes: Sequence, roots: dict[int, tuple[int, Expression]]) -> set[int]:
+    """The root buffers some in-place op writes (its alias's, and those of its `also_writes` inputs)."""
+    out = set()
+    for i, n in enumerate(nodes):
+        if n.op.inplace:
+            out.add(roots[i][0])
+        for k in n.op.also_writes():
+            s = n.inputs[k]
+            out.add(roots.get(s, (s,))[0])
+    return out

@@ -157,7 +157,8 @@ def with_bounds(base: GraphProgram, bounds: Mapping[str, tuple[int, int]] | None
 
 def state_facts(graph: Graph, names: Mapping[int, str]) -> list[str]:
     """`(InPlaceState $tN)` for every persistent input that exactly one live node reads, in one
-    input slot (luminal/egraph/state.egg): the fact the `buffer_reuse` rules need to update it in place."""
+    input slot (luminal/egraph/state.egg): the fact the `buffer_reuse` rules need to update it in place;
+    and its `state-rank`, its position among them in label order."""
     reads: dict[int, int] = {}
     for i in names:
         for s in graph.nodes[i].inputs:
@@ -167,6 +168,7 @@ def state_facts(graph: Graph, names: Mapping[int, str]) -> list[str]:
         i = graph.inputs[label]
         if i in names and reads.get(i, 0) == 1:
             out.append(f"(InPlaceState {names[i]})")
+            out.append(f"(set (state-rank {names[i]}) {len(out) // 2})")
     return out
 
 

@@ -83,6 +83,12 @@ class Op:
     def alias(self) -> tuple[int, Expression] | None:
         return None
 
+    # An in-place op may also overwrite other inputs' buffers (KernelScatterPair: a layer's v cache
+    # beside its k cache, the alias): their positions. A node aliasing such an input after the op
+    # (KernelAliasAfter) is its new value.
+    def also_writes(self) -> tuple[int, ...]:
+        return ()
+
     def reference(self, ins: list[np.ndarray], in_dtypes: tuple[DType, ...], env: Env) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} has no reference semantics")
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from luminal import flags
-from luminal.backends.aliasing import alias_roots, check_inplace
+from luminal.backends.aliasing import alias_roots, check_inplace, written_roots
 from luminal.backends.cuda import driver, memory, nvrtc
 from luminal.backends.cuda.host import HostOp, capture
 from luminal.backends.cuda.kernel import ERROR_SLOT, Kernel, KernelOp, source
@@ -268,7 +268,7 @@ class CudaExecutor:
         for i, (root, _) in self._alias.items():  # a root buffer lives as long as its aliases
             life[root] = (life[root][0], max(life[root][1], life[i][1]))
         self._life = life
-        self._written = {self._alias[i][0] for i, n in enumerate(self.nodes) if n.op.inplace}
+        self._written = written_roots(self.nodes, self._alias)
         computed = [(i, n) for i, n in enumerate(self.nodes) if isinstance(n.op, (KernelOp, HostOp))]
         self._sizes = {i: n.op.out_size() * n.dtype.itemsize for i, n in computed}
         self._scratch = {i: scratch[id(n.op)] for i, n in computed if isinstance(n.op, KernelOp)}

@@ -89,6 +89,8 @@ class ReferenceExecutor:
                 continue
             if op.inplace:
                 self._own_root(i, bufs)
+                for k in op.also_writes():  # another buffer written in place (KernelScatterPair's v cache)
+                    self._own_buffer(i, n.inputs[k], bufs)
             ins = [bufs[s] for s in n.inputs]
             dts = tuple(self.nodes[s].dtype for s in n.inputs)
             try:
@@ -132,16 +134,19 @@ class ReferenceExecutor:
 
     def _own_root(self, i: int, bufs: dict[int, np.ndarray]) -> None:
         """Before an in-place op writes: make the root buffer one the runtime owns."""
-        root = self._alias[i][0]
+        k = self.nodes[i].op.alias()[0]  # re-resolve the chain's views onto the (possibly new) root
+        self._own_buffer(i, self.nodes[i].inputs[k], bufs)
+
+    def _own_buffer(self, i: int, src: int, bufs: dict[int, np.ndarray]) -> None:
+        """Before node i writes node src's buffer in place: make it one the runtime owns."""
+        root = self._alias.get(src, (src,))[0]
+        if src != root:
+            raise BackendError(f"node {i}: in-place updates through a chain of aliases are not supported")
         op = self.nodes[root].op
         if isinstance(op, Input) and op.label in self.persistent and op.label in self.bound.arrays:
             bufs[root] = self.bound.writable(op.label)
         elif isinstance(op, Input) or not bufs[root].flags.writeable or bufs[root].base is not None:
             bufs[root] = bufs[root].copy()
-        k = self.nodes[i].op.alias()[0]  # re-resolve the chain's views onto the (possibly new) root
-        src = self.nodes[i].inputs[k]
-        if src != root:
-            raise BackendError(f"node {i}: in-place updates through a chain of aliases are not supported")
 
     def _store_inplace(self, i: int, r: np.ndarray, bufs: dict[int, np.ndarray], env) -> np.ndarray:
         """The in-place op's output, as the bytes of its root buffer from its offset on."""

@@ -24,7 +24,7 @@ from luminal.backends.cuda.kernels import (
     KernelSumReduce,
 )
 from luminal.backends.cuda.kernels.indexing import KernelGatherFused
-from luminal.backends.cuda.kernels.inplace import KernelScatterFused
+from luminal.backends.cuda.kernels.inplace import KernelAliasAfter, KernelScatterFused, KernelScatterPair
 from luminal.dtype import DType
 from luminal.hlir.fexpr import FLeaf, FNode
 from luminal.shape.expr import num, var, z
@@ -84,6 +84,9 @@ def kernels_for(dt: DType) -> list:
     out.append(KernelGatherFused((s,), (num(16),), (z,), dt, i32, (idx,)))
     val = FNode(KernelCast((s,), (z * 2,), dt, dt), (FLeaf(1),))
     out += [KernelScatterFused(CONTIG.dims, CONTIG.strides, (s,), dt, i32, w, (idx,), (val,)) for w in (False, True)]
+    odd = FNode(KernelCast((s,), (z * 2 + 1,), dt, dt), (FLeaf(1),))  # both caches' writes in one launch
+    out.append(KernelScatterPair(CONTIG.dims, CONTIG.strides, (s,), dt, i32, (idx,), (val,), (odd,)))
+    out.append(KernelAliasAfter(CONTIG.dims, dt))  # (the second cache after the pair: no code, no launch)
     out += [KernelCast(CONTIG.dims, CONTIG.strides, to, dt) for to in DTYPES if to != dt]  # every conversion
     out += [KernelCast(PERM.dims, PERM.strides, to, dt) for to in (DType.f32, DType.i32) if to != dt]  # strided
     return out + fused_for(dt)

@@ -13,7 +13,7 @@ import pytest
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels.fused import KernelFused
-from luminal.backends.cuda.kernels.inplace import KernelScatterFused
+from luminal.backends.cuda.kernels.inplace import KernelScatterFused, KernelScatterPair
 from tests.backends.cuda.test_inplace import SLOTS, plans
 
 SERIAL = re.compile(r"#pragma unroll 4\s*for \(long long k\d+ = 0; k\d+ < iters")  # emit.py's per-element loop
@@ -36,10 +36,10 @@ def test_normed_cache_write_reduces_once_per_row():
     squares once, a warp per row, not once per element in the element's own thread (25 us a layer
     on the H200)."""
     model, steps = plans("qwen3")
-    ops = [n.op for n in steps[1].nodes if isinstance(n.op, KernelScatterFused)]
+    ops = [n.op for n in steps[1].nodes if isinstance(n.op, (KernelScatterFused, KernelScatterPair))]
     kernels = [op.render(SLOTS) for op in ops]
     normed = [k for k in kernels if "iters" in k.code]
-    assert len(normed) == 1, [op.src for op in ops]
+    assert len(normed) == 1, [op.src for op in ops]  # (the pair of k and v: k's write in rows, v's per element)
     assert "const int lane = 0;" not in normed[0].code  # emit.py's one-thread row: the serial form
     assert "__shfl_down_sync" in normed[0].code, normed[0].code
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"

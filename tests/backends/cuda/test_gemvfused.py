@@ -148,13 +148,15 @@ BLOCKS = {
     "gated_f32_silu": (_gated_f32, 1, 1),
     "gated_f32_gelu_tanh": (lambda g, dt: _gated_f32(g, dt, "gelu_tanh"), 1, 1),
     "logits_f32": (_logits, 1, 1),
-    "gemma_mlp": (_gemma_mlp, 5, 1),  # h * 1.5, o_proj, the gated GEMV (x from h and o), down, the output sum
+    # h * 1.5, o_proj, the gated GEMV (x from h and o), down, the output sum; o_proj and down have nothing to
+    # fuse (their post-norms read the whole row) and run as plain KernelGemvFused (gemv-plain), not cuBLASLt
+    "gemma_mlp": (_gemma_mlp, 5, 3),
     "mlp_block": (_mlp_block, 2, 2),
     "qkv": (_qkv, 2, 1),  # the stacked GEMV (slices alias it: no launch) and v's * 2
     "odd_qkv": (_odd_qkv, 1, 1),
     "odd_gated": (_odd_gated, 1, 1),
     "lm_head": (_lm_head, 1, 1),
-    "plain": (_plain, 1, 0),
+    "plain": (_plain, 1, 1),  # gemv-plain: the fused kernel's schedule with x read from its buffer
 }
 
 
@@ -261,7 +263,8 @@ def test_gemma_shapes_compile_for_sm90():
     g = lm.Graph()
     _gemma_mlp(g, lm.bf16, 1152, 6912, 1024).output("y")
     fused = [op for op in _launches(_preferred(g)) if isinstance(op, KernelGemvFused)]
-    assert len(fused) == 1 and fused[0].base == fused[0].m + 2, fused  # x from the two loads
+    gated = [op for op in fused if op.x]  # o_proj and down: plain (gemv-plain), x read from its buffer
+    assert len(fused) == 3 and len(gated) == 1 and gated[0].base == gated[0].m + 2, fused  # x from the two loads
     for name, (regs, spill) in ptxas_usage([op.render(SLOTS) for op in fused]).items():
         assert spill == 0 and regs <= 64, (name, regs, spill)
 

@@ -1,9 +1,9 @@
 """The in-place KV-cache writes (kernels/inplace.py): KernelScatterFused -- the rotary embedding of k
 (with qwen3's k-norm, a row reduction) or v read from the stacked q/k/v GEMV, computed by the launch
-that writes the cache -- compiles for sm_90, and its rendered CUDA C (run on the CPU by g++, one
-std::thread per CUDA thread: tests/backends/cuda/test_gemv.py's shim) computes what its reference
-computes, in both launch shapes (one block, or three grid-wide launches) and at decode and
-prefill sizes."""
+that writes the cache -- and KernelScatterPair (both of a layer's writes in one launch, at decode)
+compile for sm_90, and their rendered CUDA C (run on the CPU by g++, one std::thread per CUDA
+thread: tests/backends/cuda/test_gemv.py's shim) computes what their reference computes, in both
+launch shapes (one block, or three grid-wide launches) and at decode and prefill sizes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 import luminal as lm
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import PRELUDE, source
-from luminal.backends.cuda.kernels.inplace import KernelScatterFused
+from luminal.backends.cuda.kernels.inplace import KernelScatterFused, KernelScatterPair
 from luminal.backends.reference.executor import ReferenceExecutor
 from luminal.models.common import random_weights
 from tests.backends.cuda.test_gemv import _SHIM
@@ -59,7 +59,8 @@ def compile_on_cpu(kernels: dict, params, tmp_path) -> ctypes.CDLL:
     """g++-compiled `kernels` ({op: Kernel}); `params(op)`: the dtypes of out, in0, in1, .."""
     runs = ""
     for op, k in kernels.items():
-        args = "".join(f"({'' if j == 0 else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params(op)))
+        mut = {0, *(k + 1 for k in op.also_writes())}  # out, and inputs written in place (KernelScatterPair's v)
+        args = "".join(f"({'' if j in mut else 'const '}{_CTYPE[d]}*)a[{j}], " for j, d in enumerate(params(op)))
         win = ", win" if op.inplace else ""
         runs += "".join(_RUN.format(name=ln.name, args=args, win=win) for ln in k.launches)
     src, lib = tmp_path / "kernels.cpp", tmp_path / "kernels.so"
@@ -72,7 +73,8 @@ def compile_on_cpu(kernels: dict, params, tmp_path) -> ctypes.CDLL:
 
 class OnCpu:
     """A kernel op whose `reference` runs its rendered CUDA C (g++): an in-place op on a copy of the
-    buffer it updates (input 0, also its output), any other into a fresh output."""
+    buffer it updates (input 0, also its output; the buffers of `also_writes` in place, as the
+    executor gives them), any other into a fresh output."""
 
     def __init__(self, op, kernel, so):
         self.op, self.kernel, self.so = op, kernel, so
@@ -115,11 +117,13 @@ def plans(name: str):
 def test_fused_cache_writes_run_on_cpu(name, tmp_path):
     model, steps = plans(name)
     ops = {n.op for p in steps.values() for n in p.nodes if isinstance(n.op, KernelScatterFused)}
-    assert len(ops) == 4, steps[1].op_counts()  # k and v, at each bucket
+    pairs = {n.op for n in steps[1].nodes if isinstance(n.op, KernelScatterPair)}
+    assert len(ops) == 2 and len(pairs) == 1, steps[1].op_counts()  # k and v at prefill; one pair at decode
     shapes = {op: [replace(op, wide=w) for w in (False, True)] for op in ops}  # both launch shapes
+    shapes |= {op: [op, op] for op in pairs}  # (one block only)
     kernels = {v: v.render(SLOTS) for vs in shapes.values() for v in vs}
     assert nvrtc.compile_cubin(source(list(kernels.values())), arch="sm_90")[:4] == b"\x7fELF"
-    so = compile_on_cpu(kernels, lambda op: [op.dtype, op.dtype, *op.leaf_dtypes()], tmp_path)
+    so = compile_on_cpu(kernels, lambda op: [op.dtype] * (2 + len(op.also_writes())) + [*op.leaf_dtypes()], tmp_path)
     rng = np.random.default_rng(0)
     weights = {**random_weights(model.weight_shapes(), seed=2, std=0.05), **model.extra_inputs()}
     caches = {n: rng.uniform(-1, 1, sh).astype(lm.bf16.np) for n, sh in model.cache_shapes.items()}
@@ -130,8 +134,8 @@ def test_fused_cache_writes_run_on_cpu(name, tmp_path):
         env = {"p": p, "s": s, "r": 1}
         want = ReferenceExecutor(llir.nodes, llir.outputs).run(dict(feed), env)
         for wide in (False, True):
-            nodes = [SimpleNamespace(op=OnCpu(n.op, kernels[replace(n.op, wide=wide)], so), inputs=n.inputs,
-                                     dtype=n.dtype) if isinstance(n.op, KernelScatterFused) else n
+            nodes = [SimpleNamespace(op=OnCpu(n.op, kernels[shapes[n.op][wide]], so), inputs=n.inputs,
+                                     dtype=n.dtype) if n.op in shapes else n
                      for n in llir.nodes]  # fmt: skip
             got = ReferenceExecutor(nodes, llir.outputs).run(dict(feed), env)
             for label, shape in model.cache_shapes.items():

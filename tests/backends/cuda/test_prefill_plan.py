@@ -17,7 +17,7 @@ from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.host import HostOp
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels.fused import KernelFused
-from luminal.backends.cuda.kernels.inplace import KernelScatterFused, KernelScatterInplace
+from luminal.backends.cuda.kernels.inplace import KernelScatterFused, KernelScatterInplace, KernelScatterPair
 from luminal.backends.cuda.kernels.reduce import KernelReduce
 from luminal.backends.reference import ReferenceExecutor
 from luminal.egraph.compile import build_egraph, preference
@@ -43,17 +43,18 @@ def _model(name: str):
 
 
 def _writes(llir) -> list:
-    return [n.op for n in llir.nodes if isinstance(n.op, (KernelScatterFused, KernelScatterInplace))]
+    return [n.op for n in llir.nodes if isinstance(n.op, (KernelScatterFused, KernelScatterInplace, KernelScatterPair))]
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_prefill_writes_the_cache_grid_wide(name):
     """At s <= 512 the k and v writes run on the whole grid (the one-block form is not offered: its
-    index count is bounded by 2 * 512 * head_dim > 4096); a decode step keeps the one-block form."""
+    index count is bounded by 2 * 512 * head_dim > 4096, nor is the pair of one-block writes); a
+    decode step keeps the one-block form, both writes in one launch (KernelScatterPair)."""
     model = _model(name)
     prefill, decode = (_preferred(model.graph, None, b) for b in (PREFILL, DECODE))
     assert len(_writes(prefill)) == 2 and all(op.wide for op in _writes(prefill)), prefill.op_counts()
-    assert len(_writes(decode)) == 2 and not any(op.wide for op in _writes(decode)), decode.op_counts()
+    assert [type(op) for op in _writes(decode)] == [KernelScatterPair], decode.op_counts()
     kernels = [op.render(SLOTS) for op in _writes(prefill) + _writes(decode)]
     assert nvrtc.compile_cubin(source(kernels), arch="sm_90")[:4] == b"\x7fELF"
 

@@ -105,7 +105,7 @@ def test_kv_cache_scatter_updates_in_place_on_the_gpu():
     ka, va = c.update(g, k, k * 2.0, dim("p"))
     (ka * 1.0 + va).output("y")
     m = g.compile("cuda", cache=False)
-    inplace = {"KernelScatterInplace", "KernelScatterFused"}  # the latter computes k * 2.0 where it writes
+    inplace = {"KernelScatterInplace", "KernelScatterFused", "KernelScatterPair"}  # (k * 2.0 computed where written)
     assert inplace & set(m.stats["llir_ops"]), m.stats["llir_ops"]
     m.bind({"cache.0.k": np.zeros((2, 2048, 64), np.float32), "cache.0.v": np.zeros((2, 2048, 64), np.float32)})
     want = np.zeros((2, 2048, 64), np.float32)
