@@ -114,15 +114,17 @@ class KernelPagedAttention(KernelOp):
         small = lt(self.s, num(DECODE_ROWS + 1))
         nsplit = dec.splits(sp)
         on_decode, on_rows = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"
-        parts = [dec.cvt_code(sp.dtype), dec.decode_code(sp, decls, nsplit, on_decode, direct=False),
-                 dec.decode_code(sp, decls, 1, on_rows, direct=True)]  # fmt: skip
-        code = "\n".join(parts).replace("-INFINITY", "__int_as_float(0xff800000)")
-        name, code = name_code(self.prefix, code)
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
-        launches = (
-            Launch(f"{name}_dec", row_blocks * num(nsplit) * small, dec.THREADS),
-            Launch(f"{name}_rows", row_blocks * (num(1) - small), dec.THREADS),
-        )
+        paths = [  # (code, entry suffix, grid)
+            (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small),
+            (dec.decode_code(sp, decls, 1, on_rows, direct=True), "_rows", row_blocks * (num(1) - small)),
+        ]
+        # a path whose grid is a literal 0 never runs in this plan (a decode step's s = 1), so neither
+        # its code nor its launch is part of the kernel (as KernelAttention: one launch step a layer)
+        live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
+        code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
+        name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))
+        launches = tuple(Launch(name + tag, grid, dec.THREADS) for _, tag, grid in live)
         return Kernel(code, launches, headers(sp.dtype))
 
 
