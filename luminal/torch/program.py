@@ -215,8 +215,10 @@ class Program:
 
     def _bind_device(self, name: str, t: torch.Tensor, state: bool = False) -> None:
         """Bind `name` to `t`'s device memory, once per storage (the tensor is kept alive here)."""
-        key = (t.data_ptr(), t.dtype, tuple(t.shape), t.is_contiguous())
         have = self._device_bound.get(name)
+        if have is not None and have[1] is t and have[0][0] == t.data_ptr():
+            return  # the bound tensor itself, same storage (its shape and device are in the call's signature)
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), t.is_contiguous())
         if have is not None and have[0] == key:  # same storage (the bound tensor is kept alive here)
             return
         if not t.is_contiguous():
