@@ -51,7 +51,7 @@ def floats_specialized():
     torch._dynamo.reset()
 
 
-def _decode_translation(layers: int):
+def _decode_translation(layers: int, dtype=torch.float32):
     """The translated decode graph of a StaticCache decode through torch.compile."""
     got = []
     translate = dynamo.translate
@@ -60,7 +60,7 @@ def _decode_translation(layers: int):
         got.append(translate(fx, *a, **k))
         return got[-1]
 
-    m = _llama(layers)
+    m = _llama(layers, dtype)
     dynamo.translate = record
     try:
         torch._dynamo.reset()
