@@ -58,3 +58,35 @@ def test_paged_rope_kernel_on_cpu_equals_its_reference(tmp_path):
         got = emu.run(op, *ins, env=env)
         want = op.reference(ins, (op.dtype,) * 3 + (DType.i32,) * 2 + (DType.f32,) * 2, env)
         assert_matches(got, want.astype(np.float64), op.dtype, 1.0, name)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dt", [DType.f16, DType.bf16], ids=str)
+def test_paged_rope_kernel_on_the_gpu(dt):
+    from luminal.backends.cuda import driver
+
+    dev = driver.device()
+    for name, op, lens in (("decode", make_rope_op(num(1), dt=dt), [37]),
+                           ("rows", make_rope_op(var("s"), hd=128, dt=dt), [5, 60, 23])):  # fmt: skip
+        ins, env = _inputs(op, lens, seed=len(name))
+        env = {**env, "s": len(lens)}
+        kern = op.render(SLOTS)
+        mod = driver.Module(nvrtc.compile_cubin(source([kern])))
+        n = int(op.out_size().evaluate(env))
+        host = [np.full(n + 8, np.nan, dt.np), *ins, np.array([env["s"], env["pages"], 0, 0], np.int64)]
+        bufs = [driver.DeviceBuffer(max(16, a.nbytes)) for a in host]
+        for buf, a in zip(bufs, host, strict=True):
+            driver.htod(buf.ptr, a, dev.stream)
+        scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
+        zeroed = driver.DeviceBuffer(max(256, op.zeroed_bytes()))
+        driver.memset8(zeroed.ptr, 0, zeroed.nbytes, dev.stream)
+        params = driver.Params([*(buf.ptr for buf in bufs), scratch.ptr, zeroed.ptr])
+        for ln in kern.launches:
+            grid = max(1, int(ln.grid.evaluate(env)))
+            driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+        out = np.empty(n + 8, dt.np)
+        driver.dtoh(out, bufs[0].ptr, dev.stream)
+        dev.synchronize()
+        assert np.isnan(out[n:].astype(np.float32)).all()
+        want = op.reference(ins, (dt,) * 3 + (DType.i32,) * 2 + (DType.f32,) * 2, env)
+        assert_matches(out[:n], want.astype(np.float64), dt, 1.0, name)
