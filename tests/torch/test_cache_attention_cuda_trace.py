@@ -51,3 +51,38 @@ def test_the_cuda_traced_decode_attention_is_cache_attention(efficient, padded):
     assert tr.ranges.get(QUERY_ROWS) == (1, 1), tr.ranges  # the paged graph (cache_attention.py) was built
     got = Program(tr, "reference")(q, kc, vc, pos)[0]
     assert_close(got, _decode(q, kc, vc, pos, efficient=False), "decode attention")
+
+
+def test_hf_decode_with_cuda_sdpa_dispatch_takes_the_paged_plan(monkeypatch):
+    """The whole HF StaticCache decode with SDPA dispatched as on a CUDA device (the boolean mask
+    made SDPA's additive bias, the efficient kernel called): the decode graph is the paged one
+    (cache_attention fixed the query rows and the capacity) and its logits equal eager's."""
+    transformers = pytest.importorskip("transformers")
+    from tests.torch.test_hf import LM, _close, _decode, _model
+    from tests.torch.util import decode_program, record_programs
+
+    composite = torch.nn.functional.scaled_dot_product_attention
+
+    def cuda_like(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is None or attn_mask.dtype != torch.bool or enable_gqa:
+            return composite(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        bias = _bias(attn_mask, q.dtype).expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, False, dropout_p, is_causal,
+                                                                      scale=scale)[0]  # fmt: skip
+
+    cfg = transformers.LlamaConfig(**{**LM, "hidden_size": 128, "head_dim": 64, "num_hidden_layers": 2})
+    m = _model(lambda: transformers.LlamaForCausalLM(cfg))
+    ids = torch.randint(0, LM["vocab_size"], (1, 5), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        want, _ = _decode(m, m.config, ids, steps=3)
+        programs = record_programs(monkeypatch)
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", cuda_like)
+        torch._dynamo.reset()
+        fast = torch.compile(m, backend="luminal", dynamic=True, options={"backend": "reference"})
+        got, _ = _decode(fast, m.config, ids, steps=3)
+    torch._dynamo.reset()
+    dec = decode_program(programs)
+    assert "aten._scaled_dot_product_efficient_attention.default" in dec.aten_ops, sorted(dec.aten_ops)
+    assert dec.ranges.get(QUERY_ROWS) == (1, 1) and len(dec.ranges) >= 2, dec.ranges
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        _close(g, w, f"step {k}")
