@@ -250,7 +250,7 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     pool_k = _literal(c, kt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     pool_v = _literal(c, vt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     paged = PagedKV(g.iota(z, (1, cap)), g.iota(z * 0, (q.shape[2],)), pos.cast(lm.i32))
-    rows = paged.rows()  # (s, cap): slot j of query i is j
+    rows = g.iota(z % cap, (q.shape[2], cap))  # (s, cap): slot j of query i is j (paged.rows(), one launch less)
     qg = q.reshape(n_kv, groups, q.shape[2], hd)  # head h = kv head h // groups (repeat_kv's order)
     out = attend_paged(qg, paged_read(pool_k, rows), paged_read(pool_v, rows), paged.mask(), scale)
     return _one_row(c, out.reshape(1, heads, q.shape[2], hd), (1, heads, s, hd))
