@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from luminal.backends.cuda.kernel import PRELUDE
-from luminal.backends.cuda.kernels.attention import KernelAttention, KernelAttentionRope
+from luminal.backends.cuda.kernels.attention import KernelAttention
 from luminal.backends.cuda.kernels.attention_prefill import INTRINSICS_BEGIN, INTRINSICS_END
 from luminal.dtype import DType
 
@@ -185,8 +185,10 @@ class Emulated:
             parts.append(elem + code.replace("ELEM(", f"{kern.launches[0].name}_elem("))
             t = _CTYPE[op.dtype]
             args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
-            extra = "const float*" if isinstance(op, KernelAttentionRope) else "const int*"  # (cos, sin) / (rows, pos)
-            args += "".join(f"({extra})ins[{k}], " for k in range(4, op.n_inputs + 1))
+            # after q, k, v: (rows, pos) of a paged op, then (cos, sin) of a rope op (KernelAttentionRope,
+            # KernelPagedAttentionRope), the kernel's parameter order
+            extra = ["const int*"] * 2 * hasattr(op, "slots") + ["const float*"] * 2 * hasattr(op, "rot")
+            args += "".join(f"({ct})ins[{k}], " for k, ct in zip(range(4, op.n_inputs + 1), extra, strict=True))
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)
