@@ -45,8 +45,9 @@ LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class PrefillSchedule:
-    """The tensor-core prefill kernel's tiling (attention_prefill.py). The default is session 6's:
-    4 warps of 16 query rows of one head, Q fragments in registers, blocks longest-first per head."""
+    """The tensor-core prefill kernel's tiling (attention_prefill.py). The field defaults are session
+    6's tiling: 4 warps of 16 query rows of one head, Q fragments in registers, blocks longest-first per
+    head; `PREFILL` below is the one the plans use."""
 
     warps: int = 4  # warps per block
     tiles: int = 1  # 16-row MMA tiles per warp (2: each K / V fragment feeds 32 rows; Q then in shared memory)
@@ -65,9 +66,12 @@ class PrefillSchedule:
         return name
 
 
-# the prefill tiling the plans use (session 6's; the sweep's `PREFILL_SCHEDULES` are the candidates
-# to replace it: measure with `bench/attention.py --only prefill --sweep`, then set it here)
-PREFILL = PrefillSchedule()
+# the prefill tiling the plans use (the sweep's `PREFILL_SCHEDULES` are the candidates: measure with
+# `bench/attention.py --only prefill --sweep`, then set it here);
+# measured on the H200 (session 7, bench/attention.py --only prefill --sweep, 8b heads): FA2's two tiles a
+# warp, 4 GQA heads a block, longest-first, 2 barriers a key tile: 1.12 / 1.66 / 1.36x session 6's
+# tiling at 512 / 2k / 8k = 1.01 / 1.54 / 1.10x torch's flash backend (docs/perf.md)
+PREFILL = PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2)
 
 
 @dataclass(frozen=True)
