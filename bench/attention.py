@@ -1,7 +1,7 @@
 """Attention benchmark (GPU machine): KernelAttention next to torch's scaled_dot_product_attention
 (flash and cuDNN backends) on the same tensors.
 
-  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep]
+  python bench/attention.py [--json out.json] [--reps 30] [--quick] [--sweep] [--only decode|prefill]
   python bench/attention.py --dry [--sweep]   # CPU smoke: render + NVRTC (sm_90) + ptxas registers, no GPU
 
 Decode: llama-3.1-8b heads (32 q, 8 kv, head_dim 128), bf16, batch 1, one query at context
@@ -71,8 +71,8 @@ class Runner:
         self.zeroed = driver.DeviceBuffer(max(op.zeroed_bytes(variant), 256))  # the decode kernel's tickets
         driver.memset8(self.zeroed.ptr, 0, self.zeroed.nbytes, self.dev.stream)
         self.params = [driver.Params([*ptrs, self.dims.ptr, self.scratch.ptr, self.zeroed.ptr]) for ptrs in ptr_sets]
-        self.launches = [(self.mod.function(ln.name), max(1, int(ln.grid.evaluate(env))), ln.block, ln.shared)
-                         for ln in kern.launches]  # fmt: skip
+        self.launches = [(self.mod.function(ln.name, ln.shared), max(1, int(ln.grid.evaluate(env))), ln.block,
+                          ln.shared) for ln in kern.launches]  # fmt: skip
         self.calls = max(LAUNCHES, len(ptr_sets))
         self.graph = driver.Graph()
         for c in range(self.calls):
@@ -217,10 +217,10 @@ def sweep(kind: str) -> tuple[str, ...]:
     rows those that change the decode kernels, the prefill rows those that change the prefill kernel."""
     from luminal.backends.cuda.kernels.attention_decode import DECODE, VARIANTS
 
-    pre = DECODE.prefill_blocks
+    pre = DECODE.prefill
     if kind == "decode":
-        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill_blocks == pre)
-    return tuple(n for n, v in VARIANTS.items() if v.prefill_blocks != pre)
+        return tuple(n for n, v in VARIANTS.items() if v != DECODE and v.prefill == pre)
+    return tuple(n for n, v in VARIANTS.items() if v.prefill != pre)
 
 
 def dry(cases: list, sweep_all: bool) -> int:
@@ -254,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one decode and one prefill size")
     ap.add_argument("--sweep", action="store_true", help="also time every schedule (attention_decode.VARIANTS)")
     ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
+    ap.add_argument("--only", choices=("decode", "prefill"), help="the decode or the prefill cases only")
     args = ap.parse_args(argv)
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
     if args.quick:
         cases = [("decode", 4096), ("prefill", 2048)]
+    cases = [c for c in cases if args.only in (None, c[0])]
     if args.dry:
         return dry(cases, args.sweep)
     from luminal.backends.cuda import driver

@@ -215,6 +215,8 @@ def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, lay
         from luminal.backends.cuda import nvrtc, nvrtc_procs
 
         out |= {"nvrtc_procs": nvrtc_procs.procs(), "nvrtc_workers": nvrtc.workers()}
+    # the chosen plans (one per bucket): a compile-time change must leave them alone (issue 12)
+    out["fingerprints"] = [p.fingerprint() for p in model.plans]
     out |= {"preset": preset, "graph": name, "backend": backend, "dtype": dtype, "time_build_s": t_build,
             "wall_s": wall, "cpu_s": cpu,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

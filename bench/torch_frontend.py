@@ -99,13 +99,30 @@ def line(name: str, compile_s: float, r: dict, zoo_tpot: float | None, step: dic
 
 
 class _Recorded(program.Program):
-    """The backend's Programs, to read the decode graph's runtime counters."""
+    """The backend's Programs, to read the decode graph's runtime counters (and how long building
+    each took: the translation's compile, CUDA init and kernel loads included)."""
 
     made: list = []
+    build_s: list = []
 
     def __init__(self, *a, **k):
+        t0 = time.perf_counter()
         super().__init__(*a, **k)
+        _Recorded.build_s.append(time.perf_counter() - t0)
         _Recorded.made.append(self)
+
+
+TRANSLATE_S: list = []
+
+
+def _timed_translate(translate):
+    def wrapped(*a, **k):
+        t0 = time.perf_counter()
+        out = translate(*a, **k)
+        TRANSLATE_S.append(time.perf_counter() - t0)
+        return out
+
+    return wrapped
 
 
 def _decode_program():
@@ -177,6 +194,7 @@ def main(argv=None) -> None:
     # floats as guarded constants (both torch.compile engines alike): see docs/torch.md, "Floats"
     torch._dynamo.config.specialize_float = not a.dynamic_floats
     dynamo.Program = _Recorded  # record the backend's Programs (read-only use: counters)
+    dynamo.translate = _timed_translate(dynamo.translate)
     cfg = TINY if a.tiny else llama.CONFIGS[a.preset]
     if a.layers:
         cfg = dataclasses.replace(cfg, n_layers=a.layers)
@@ -226,6 +244,12 @@ def main(argv=None) -> None:
             print(f"#   of the compile: luminal's own {own:.1f} s (e-graph, search, load), the rest torch's tracing "
                   "(Dynamo + AOTAutograd, shared with reduce-overhead) and the first calls")  # fmt: skip
             RESULTS["luminal own compile s"] = own
+            built, tr_s = sum(_Recorded.build_s), sum(TRANSLATE_S)
+            rest = lum_compile - tr_s - built
+            RESULTS["compile split s"] = {"translate": tr_s, "Program": built, "torch and first calls": rest}
+            print(f"#   compile split: ATen -> luminal translation {tr_s:.1f} s, Program build {built:.1f} s "
+                  f"(luminal's compile, CUDA init, kernel loads), Dynamo + AOTAutograd tracing and the first "
+                  f"calls {rest:.1f} s")  # fmt: skip
             print(_decode_stats(dec))
             print(_decode_plan(dec))
             lum_launches = None if dec is None else _launches(dec.model)

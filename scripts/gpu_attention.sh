@@ -6,7 +6,7 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 rc=0
 echo "== attention cuda tests" | tee -a "$OUT/summary.txt"
-timeout 240 python3 -m pytest tests/backends/cuda/test_attention_kernels.py tests/backends/cuda/test_attention.py \
+timeout 420 python3 -m pytest tests/backends/cuda/test_attention_kernels.py tests/backends/cuda/test_attention.py \
   tests/backends/cuda/test_attention_paged.py \
   -q -p no:cacheprovider -m cuda --maxfail=10 -rs 2>&1 | tee "$OUT/attention_tests.log" | tail -15
 rc=$((rc | ${PIPESTATUS[0]})); tail -1 "$OUT/attention_tests.log" >> "$OUT/summary.txt"
@@ -18,7 +18,7 @@ if command -v compute-sanitizer >/dev/null; then
   rc=$((rc | ${PIPESTATUS[0]})); grep -E "ERROR SUMMARY|passed|failed" "$OUT/attention_memcheck.log" | tail -3 >> "$OUT/summary.txt"
 fi
 echo "== bench/attention.py" | tee -a "$OUT/summary.txt"
-timeout 150 python3 bench/attention.py --sweep --json "$OUT/attention_bench.json" 2>&1 | tee "$OUT/attention_bench.log"
+timeout 300 python3 bench/attention.py --sweep --json "$OUT/attention_bench.json" 2>&1 | tee "$OUT/attention_bench.log"
 rc=$((rc | ${PIPESTATUS[0]})); cat "$OUT/attention_bench.log" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
 exit $rc

@@ -31,7 +31,7 @@ from luminal.egraph.extract import EGraphView
 from luminal.egraph.llir import LLIRGraph
 from luminal.egraph.registry import OpRegistry
 from luminal.egraph.rulesets import CLEANUP
-from luminal.egraph.run import PhaseReport, RunResult, saturate, saturate_buckets
+from luminal.egraph.run import PhaseReport, RunResult, one_compile, saturate, saturate_buckets
 from luminal.egraph.search import SearchOptions, search
 from luminal.errors import CompileError, InputError, LuminalError
 from luminal.graph import Graph
@@ -314,16 +314,17 @@ class _Compilation:
             self.bases[name] = prog.serialize_graph(graph, self.registry, {})
         return self.bases[name]
 
-    def prefetch(self, buckets: Sequence[Bounds]) -> None:
+    def prefetch(self, buckets: Sequence[Bounds], regions: Sequence[tuple[str, Graph]] | None = None) -> None:
         """For a backend with `prefetch` (CUDA: compile kernels in the background): hand it the preferred
-        plan of every region and bucket saturated by `prepare`, before any search, so the longest kernels
-        (prefill attention: ~5 s of NVRTC) compile while the first buckets are searched."""
+        plan of every region (of `regions`: default all) and bucket saturated by `prepare`, before any
+        search, so the longest kernels (prefill attention: ~5 s of NVRTC) compile while the other regions
+        saturate and the first buckets are searched."""
         fn = getattr(self.backend, "prefetch", None)
         if fn is None or not self.pre:
             return
         for bounds in buckets:
             env = _profile_env(self.graph, bounds, self.opts.profile_dims)
-            for name, graph in self.regions:
+            for name, graph in self.regions if regions is None else regions:
                 key = self._program(name, graph, bounds)[1]
                 res = self.pre.get(key)
                 if res is None or key in self.views:
@@ -343,7 +344,8 @@ class _Compilation:
         bucket's bounds (Phase.needs_bounds: a choice the facts would reverse) run once, then
         each bucket's facts are added and every phase re-run from there (run.saturate_buckets), which
         costs only the matches the facts enable. The e-graphs equal the separately saturated ones
-        (tests/egraph/test_roll.py)."""
+        (tests/egraph/test_roll.py). Each region's preferred plans are prefetched (`prefetch`) as soon as
+        it is saturated: its kernels compile while the next region saturates."""
         phases = self.backend.phases
         shared = next((k for k, ph in enumerate(phases) if CLEANUP in ph.schedule.rulesets() or ph.needs_bounds),
                       len(phases))  # fmt: skip
@@ -366,6 +368,7 @@ class _Compilation:
             self.saturations[name] += 1
             self.stats["egglog_commands"] = (self.stats.get("egglog_commands", 0) + len(base.commands)
                                              + sum(len(f) for f in pending.values()))  # fmt: skip
+            self.prefetch(buckets, [(name, graph)])
 
     def _dump(self, name: str, content: Callable[[], str]) -> None:
         """LUMINAL_DUMP: write `content()` (computed only when dumping) as `name` in the dump dir."""
@@ -383,17 +386,18 @@ def compile_plans(
     counters = _counters(backend)
     buckets = bucket_bounds(graph, opts.buckets)
     comp = _Compilation(graph, backend, opts)
-    try:
-        plans = _plans(comp, buckets)
-    except LuminalError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
-        if comp.rolling is None:
+    with one_compile():  # a pooled prelude serves every region of this compile (run.py)
+        try:
+            plans = _plans(comp, buckets)
+        except LuminalError:
             raise
-        log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
-        comp = _Compilation(graph, backend, replace(opts, roll=False))
-        comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
-        plans = _plans(comp, buckets)
+        except Exception as e:  # noqa: BLE001 - a rolling bug must never cost a compile: compile unrolled
+            if comp.rolling is None:
+                raise
+            log.warning("loop rolling failed (%s: %s); compiling without it", type(e).__name__, e)
+            comp = _Compilation(graph, backend, replace(opts, roll=False))
+            comp.stats["roll_failed"] = f"{type(e).__name__}: {e}"
+            plans = _plans(comp, buckets)
     if comp.new_costs and comp.disk_costs is not None:
         comp.cache.store_costs(comp.cost_key, {**comp.disk_costs, **comp.new_costs})
     t = time.perf_counter()
@@ -420,8 +424,7 @@ def compile_plans(
 
 def _plans(comp: _Compilation, buckets: list[Bounds]) -> list[tuple[Bounds, LLIRGraph]]:
     if comp.opts.share_saturation:
-        comp.prepare(buckets)
-        comp.prefetch(buckets)
+        comp.prepare(buckets)  # prefetches each region's preferred plans once it is saturated
     return [(b, comp.bucket(b)) for b in buckets]
 
 

@@ -283,7 +283,10 @@ def _best_run(sig: np.ndarray, lo: int, hi: int) -> tuple[int, int, int] | None:
     best = None
     for p in range(MIN_BODY, n // MIN_WINDOWS + 1):
         eq = s[:-p] == s[p:]
-        if not eq.any():
+        # a run of L equal positions covers at most L + p, and needs L >= (MIN_WINDOWS - 1) * p: with
+        # `hits` equal positions in all, skip a period that cannot reach MIN_WINDOWS or beat `best`
+        hits = int(np.count_nonzero(eq))
+        if hits < max(1, (MIN_WINDOWS - 1) * p) or (best is not None and hits + p <= best[0]):
             continue
         d = np.diff(np.concatenate(([0], eq.astype(np.int8), [0])))
         starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)

@@ -198,3 +198,33 @@ def test_every_buckets_preferred_plan_is_prefetched_before_any_search():
     ahead = events[: 2 * regions]  # one preferred plan per region and bucket, decode's and prefill's
     assert first >= 2 * regions and all(e[0] == "prefetch" and e[2] == 1 for e in ahead)
     assert {e[1] for e in ahead} == {1, 8}
+
+
+def test_each_region_is_prefetched_before_the_next_one_saturates(monkeypatch):
+    """A region's preferred plans go to the backend's `prefetch` as soon as that region is saturated, not
+    after every region is: the first region's kernels (the long attention ones live in a rolled body)
+    compile while the others saturate. The plans chosen do not change."""
+    from luminal.egraph import compile as comp_mod
+
+    events: list[tuple] = []
+    real = comp_mod.saturate_buckets
+
+    def saturate_buckets(*a, **kw):
+        events.append(("saturate",))
+        return real(*a, **kw)
+
+    class Ordered(PrefetchingBackend):
+        def prefetch(self, plans, env):
+            events.append(("prefetch", env["s"]))
+
+    buckets = {"s": [(1, 1), (2, 8)]}
+    plain = _compile(decoder(2), CountingBackend(), buckets=buckets)[1]
+    costs.clear_memo()
+    monkeypatch.setattr(comp_mod, "saturate_buckets", saturate_buckets)
+    _, llirs, stats = _compile(decoder(2), Ordered(), buckets=buckets)
+    assert [p.fingerprint() for p in llirs] == [p.fingerprint() for p in plain]
+    regions = 1 + len(stats["rolled"]["bodies"])
+    kinds = [e[0] for e in events]
+    assert kinds.count("saturate") == regions >= 2
+    # saturate, prefetch decode + prefill, saturate, ...: each region's two plans before the next saturates
+    assert kinds[: 3 * regions] == ["saturate", "prefetch", "prefetch"] * regions

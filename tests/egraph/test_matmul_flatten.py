@@ -107,3 +107,31 @@ def test_every_extraction_agrees(case):
         llir = view.extract(view.repair(gen))
         got = run_llir(llir, feed, {"s": sv})["y"]
         assert_matches(got.reshape(want.shape), want, lm.f32, 1.0, f"{case}: {llir.op_counts()}")
+
+
+# Every SumReduce shape the rules reach, per case, as recorded from the single-join rules before they
+# were staged (FlatMM / FlatList / FL3..FL6 / FLSplit: same matches, a fraction of the cost); covers
+# the merges and the squeezes at ranks 4, 5 and 6 (size-1 axes first, second, repeated).
+REACHED = [
+    (((1, 5, 8), (1, 8, 4), False, False), ["(1, 5, 4)", "(5, 4)"]),
+    (((1, 2, 5, 8), (1, 2, 8, 4), False, False), ["(1, 2, 5, 4)", "(2, 5, 4)"]),
+    (((2, 1, 5, 8), (2, 1, 8, 4), False, False), ["(2, 1, 5, 4)", "(2, 5, 4)"]),
+    (((1, 1, 2, 5, 8), (1, 1, 2, 8, 4), False, False), ["(1, 1, 2, 5, 4)", "(1, 2, 5, 4)", "(2, 5, 4)"]),
+    (((1, 2, 3, 5, 8), (1, 2, 3, 8, 4), False, False), ["(1, 2, 3, 5, 4)", "(2, 3, 5, 4)", "(6, 5, 4)"]),
+    (((2, 3, 2, 5, 8), (2, 3, 2, 8, 4), False, False), ["(12, 5, 4)", "(2, 3, 2, 5, 4)", "(6, 2, 5, 4)"]),
+    (((2, 1, 3, "s", 4), (2, 1, 3, 4, 2), False, False), ["(2, 1, 3, s, 2)", "(2, 3, s, 2)", "(6, s, 2)"]),
+    (((2, 2, "s", 4), (2, 2, "s", 4), False, True), ["(2, 2, s, s)", "(4, s, s)"]),
+    (((2, "s", 8), (8, 4), False, False), ["(2*s, 4)", "(2, s, 4)"]),
+    (((2, 3, "s", 8), (8, 4), False, False), ["(2, 3*s, 4)", "(2, 3, s, 4)", "(6*s, 4)", "(6, s, 4)"]),
+    (
+        ((1, 2, 3, "s", 8), (8, 4), False, False),
+        ["(1, 2, 3, s, 4)", "(2, 3*s, 4)", "(2, 3, s, 4)", "(6*s, 4)", "(6, s, 4)"],
+    ),
+    (((2, 5, 8), (2, 8, 4), False, False), ["(2, 5, 4)"]),
+    (((2, 3, 4, 5, 8), (2, 3, 4, 8, 4), False, False), ["(2, 3, 4, 5, 4)", "(24, 5, 4)", "(6, 4, 5, 4)"]),
+]
+
+
+@pytest.mark.parametrize("case, shapes", REACHED, ids=[str(i) for i in range(len(REACHED))])
+def test_staged_rules_reach_every_shape_the_single_join_rules_reached(case, shapes):
+    assert sorted(map(str, sum_shapes(_graph(*case)))) == shapes

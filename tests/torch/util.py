@@ -118,6 +118,14 @@ def host_scalars(p) -> set[str]:
 
 
 def state_in_place(p) -> set[str]:
-    """The state inputs of `p`'s plan that its in-place scatter updates (no copy after the run)."""
+    """The state inputs of `p`'s plan that its in-place scatters update (no copy after the run): an
+    in-place op's first input, and the inputs it also writes (KernelScatterPair's v cache)."""
     plan = p.model.plans[0]
-    return {plan.nodes[n.inputs[0]].op.label for n in plan.nodes if getattr(n.op, "inplace", False)}
+    out = set()
+    for n in plan.nodes:
+        if getattr(n.op, "inplace", False):
+            for k in (0, *n.op.also_writes()):
+                src = plan.nodes[n.inputs[k]].op
+                if hasattr(src, "label"):
+                    out.add(src.label)
+    return out

@@ -163,17 +163,27 @@ def memset8(dst: int, value: int, nbytes: int, stream) -> None:
 
 
 # -- modules and launches ---------------------------------------------------------------------------
+STATIC_SHARED = 48 << 10  # shared bytes per block a launch gets without the function's opt-in
+
+
 class Module:
-    """A loaded cubin; `function(name)` looks up a kernel entry."""
+    """A loaded cubin; `function(name, shared)` looks up a kernel entry."""
 
     def __init__(self, image: bytes):
         self.handle = call("cuModuleLoadData", image)
         self._funcs: dict[str, Any] = {}
+        self._shared: dict[str, int] = {}  # the opt-in each function has
 
-    def function(self, name: str):
+    def function(self, name: str, shared: int = 0):
+        """The entry `name`, opted in to `shared` bytes of dynamic shared memory per block (its
+        launches' Launch.shared) where that is beyond the 48 KB every function gets."""
         f = self._funcs.get(name)
         if f is None:
             f = self._funcs[name] = call("cuModuleGetFunction", self.handle, name.encode())
+        if shared > max(STATIC_SHARED, self._shared.get(name, 0)):
+            self._shared[name] = shared
+            attr = _drv().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            call("cuFuncSetAttribute", f, attr, shared)
         return f
 
 

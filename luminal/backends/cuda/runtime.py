@@ -258,7 +258,7 @@ class CudaExecutor:
                 self.steps.append(Step(i, None, ONE, 0, 0, False, n.op))
             elif i in rendered:
                 for ln in rendered[i].launches:
-                    f = mods[rendered[i].code].function(ln.name)
+                    f = mods[rendered[i].code].function(ln.name, ln.shared)
                     self.steps.append(Step(i, f, ln.grid, ln.block, ln.shared, scratch[id(n.op)] != 0))
         self.inputs = {n.op.label: i for i, n in enumerate(self.nodes) if isinstance(n.op, Input)}
         self.outputs = {n.op.label: n.inputs[0] for n in self.nodes if isinstance(n.op, Output)}

@@ -8,9 +8,11 @@ keys, instead of ~15 launches over the cache's full capacity.
 What is recognized, from the FX producers of SDPA's arguments (anything else returns None and the
 generic translation in attention.py runs):
 
-* mask: `le(J, P)` (boolean, or as `where(le(J, P), 0, -inf)` added to the scores), broadcast by
-  unsqueeze / expand / full slices, with J = `arange(0, capacity)` along the key axis (maybe `+ 0`)
-  and P an integer vector of the s query positions along the query axis;
+* mask: `le(J, P)` (boolean, or additive: `where(le(J, P), 0, -inf)`, or SDPA's own conversion
+  for the efficient / cuDNN kernels that a CUDA trace calls, `where(logical_not(le(J, P)), -inf,
+  zeros)` passed as their `attn_bias`), broadcast by unsqueeze / expand / full slices, with
+  J = `arange(0, capacity)` along the key axis (maybe `+ 0`) and P an integer vector of the s query
+  positions along the query axis;
 * k, v: (1, n_kv, capacity, head_dim), maybe repeated to the query heads by `repeat_kv`
   (unsqueeze, expand, clone, view: peeled to the cache itself), batch 1, no causal flag.
 
@@ -48,9 +50,24 @@ def _peel(n):
             n = n.args[0]
         elif n.target is aten.slice.Tensor and _full_slice(n):
             n = n.args[0]
+        elif n.target is aten.slice.Tensor and _unpadded(n) is not None:
+            n = _unpadded(n)
         else:
             break
     return n
+
+
+def _unpadded(n):
+    """x when n is `pad(x, (0, k))[..., :x.shape[-1]]` (the efficient kernel's bias alignment), else None."""
+    x, dim = n.args[0], n.args[1] if len(n.args) > 1 else 0
+    start, end = (n.args[2] if len(n.args) > 2 else 0), (n.args[3] if len(n.args) > 3 else None)
+    if not (isinstance(x, torch.fx.Node) and x.target is aten.constant_pad_nd.default and start in (0, None)):
+        return None
+    pad, inner = x.args[1], x.args[0]
+    m = _meta(inner)
+    if m is None or dim not in (-1, m.ndim - 1) or len(pad) != 2 or pad[0] != 0:
+        return None
+    return inner if _hint(end) == _hint(m.shape[-1]) else None
 
 
 def _full_slice(n) -> bool:
@@ -65,11 +82,30 @@ def _meta(n):
 
 
 def _is_value(n, want: float) -> bool:
+    """n is the constant `want`: a number, a scalar tensor, or a tensor filled with it."""
     if isinstance(n, (int, float)):
         return float(n) == want
-    if isinstance(n, torch.fx.Node) and n.target is aten.scalar_tensor.default:
-        return float(n.args[0]) == want
+    if isinstance(n, torch.fx.Node) and n.target in (aten.scalar_tensor.default, aten.full.default):
+        return _is_value(n.args[0] if n.target is aten.scalar_tensor.default else n.args[1], want)
+    if isinstance(n, torch.fx.Node) and n.target is aten.full_like.default:
+        return _is_value(n.args[1], want)
+    if isinstance(n, torch.fx.Node) and n.target in (aten.zeros.default, aten.zeros_like.default):
+        return want == 0.0
     return False
+
+
+_NOT = (aten.logical_not.default, aten.bitwise_not.default)
+
+
+def _mask_node(node):
+    """The FX node of SDPA's mask: the composite's `attn_mask`, the efficient / cuDNN kernels'
+    `attn_bias` (what a CUDA trace dispatches to), the CPU flash kernel's `attn_mask`."""
+    if node.target is aten.scaled_dot_product_attention.default:
+        return node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+    if node.target in (aten._scaled_dot_product_efficient_attention.default,
+                       aten._scaled_dot_product_cudnn_attention.default):  # fmt: skip
+        return node.kwargs.get("attn_bias", node.args[3] if len(node.args) > 3 else None)
+    return node.kwargs.get("attn_mask")
 
 
 def _keys_iota(n, cap) -> bool:
@@ -100,11 +136,18 @@ def _positions(mask, s: int, cap: int):
     """The FX node of the (s,) integer positions P when `mask` is le(arange(cap), P), else None."""
     if not isinstance(mask, torch.fx.Node):
         return None
-    cond = mask
-    if mask.target is aten.where.self:  # additive: where(keep, 0, -inf)
-        if not (_is_value(mask.args[1], 0.0) and _is_value(mask.args[2], float("-inf"))):
+    cond = _peel(mask)
+    if isinstance(cond, torch.fx.Node) and cond.target is aten.where.self:  # additive
+        keep, a, b = cond.args
+        if _is_value(a, 0.0) and _is_value(b, float("-inf")):  # where(keep, 0, -inf)
+            cond = keep
+        elif _is_value(a, float("-inf")) and _is_value(b, 0.0):  # where(~keep, -inf, 0): SDPA's own
+            keep = _peel(keep)
+            if not (isinstance(keep, torch.fx.Node) and keep.target in _NOT):
+                return None
+            cond = keep.args[0]
+        else:
             return None
-        cond = mask.args[0]
     cond = _peel(cond)
     if not (isinstance(cond, torch.fx.Node) and cond.target is aten.le.Tensor):
         return None
@@ -173,8 +216,7 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     """SDPA as paged attention over the static cache, or None (see the module docstring)."""
     node = c.node
     qn, kn, vn = node.args[:3]
-    composite = node.target is aten.scaled_dot_product_attention.default  # the mask is its 4th argument
-    mn = node.kwargs.get("attn_mask", node.args[3] if composite and len(node.args) > 3 else None)
+    mn = _mask_node(node)
     qm = _meta(qn)
     if is_causal or mask is None or qm is None or qm.ndim != 4 or _hint(qm.shape[0]) != 1:
         return None
@@ -208,7 +250,7 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     pool_k = _literal(c, kt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     pool_v = _literal(c, vt, (1, n_kv, cap, hd)).reshape(n_kv, cap, hd)
     paged = PagedKV(g.iota(z, (1, cap)), g.iota(z * 0, (q.shape[2],)), pos.cast(lm.i32))
-    rows = paged.rows()  # (s, cap): slot j of query i is j
+    rows = g.iota(z % cap, (q.shape[2], cap))  # (s, cap): slot j of query i is j (paged.rows(), one launch less)
     qg = q.reshape(n_kv, groups, q.shape[2], hd)  # head h = kv head h // groups (repeat_kv's order)
     out = attend_paged(qg, paged_read(pool_k, rows), paged_read(pool_v, rows), paged.mask(), scale)
     return _one_row(c, out.reshape(1, heads, q.shape[2], hd), (1, heads, s, hd))

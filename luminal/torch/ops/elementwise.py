@@ -38,6 +38,11 @@ def _binary(c, a, b, op):
 
 @aten("add.Tensor", "add.Scalar", note="`a + alpha*b` in the promoted dtype")
 def add(c, a, b, alpha=1):
+    from luminal.torch.ops.rotary import rotary
+
+    rotated = rotary(c)  # Hugging Face's rotary embedding, in the zoo's form
+    if rotated is not None:
+        return rotated
     return _binary(c, a, b, lambda a, b: a + (b if alpha == 1 else b * alpha))
 
 

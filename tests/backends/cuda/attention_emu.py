@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from luminal.backends.cuda.kernel import PRELUDE
-from luminal.backends.cuda.kernels.attention import KernelAttention, KernelAttentionRope
+from luminal.backends.cuda.kernels.attention import KernelAttention
 from luminal.backends.cuda.kernels.attention_prefill import INTRINSICS_BEGIN, INTRINSICS_END
 from luminal.dtype import DType
 
@@ -80,6 +80,8 @@ static WarpX wx[32];
 
 # The intrinsics on exchanged warp registers. ELEM converts one 16-bit pattern to float.
 EMU = r"""
+typedef const char* KNAME_sa;  // a shared-memory address, offsets in bytes
+static inline KNAME_sa KNAME_saddr(const unsigned short* p) { return (const char*)p; }
 static inline void KNAME_mma(float* d, const unsigned* a, const unsigned b0, const unsigned b1) {
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, c = l & 3;
   for (int i = 0; i < 4; ++i) wx[w].a[l][i] = a[i];
@@ -103,7 +105,8 @@ static inline void KNAME_mma(float* d, const unsigned* a, const unsigned b0, con
   warp_bar[w]->arrive_and_wait();
   for (int e = 0; e < 4; ++e) d[e] = r[e];
 }
-static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
+static inline void KNAME_ldsm4t(unsigned* r, const KNAME_sa s) {
+  const unsigned short* p = (const unsigned short*)s;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   wx[w].p[l] = p;
   warp_bar[w]->arrive_and_wait();
@@ -114,7 +117,8 @@ static inline void KNAME_ldsm4t(unsigned* r, const unsigned short* p) {
   }
   warp_bar[w]->arrive_and_wait();
 }
-static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
+static inline void KNAME_ldsm4(unsigned* r, const KNAME_sa s) {
+  const unsigned short* p = (const unsigned short*)s;
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   wx[w].p[l] = p;
   warp_bar[w]->arrive_and_wait();
@@ -124,9 +128,12 @@ static inline void KNAME_ldsm4(unsigned* r, const unsigned short* p) {
   }
   warp_bar[w]->arrive_and_wait();
 }
-static inline void KNAME_cp16(unsigned short* dst, const void* src, const bool valid) {
-  if (valid) memcpy(dst, src, 16); else memset(dst, 0, 16);
+static inline void KNAME_cp16(const KNAME_sa dst, const void* src, const bool valid) {
+  if (valid) memcpy((char*)dst, src, 16); else memset((char*)dst, 0, 16);
 }
+static unsigned short KNAME_dyn_emu[1 << 17] __attribute__((aligned(16)));  // dynamic shared memory (256 KB)
+static inline unsigned short* KNAME_smem() { return KNAME_dyn_emu; }
+static inline float KNAME_exp2(const float x) { return exp2f(x); }
 static inline void KNAME_cp_commit() {}
 static inline void KNAME_cp_wait1() {}
 static inline void KNAME_cp_wait0() {}
@@ -180,9 +187,11 @@ class Emulated:
             parts.append(elem + code.replace("ELEM(", f"{kern.launches[0].name}_elem("))
             t = _CTYPE[op.dtype]
             args = "".join(f"(const {t}*)ins[{k}], " for k in (1, 2, 3))
-            extra = "const float*" if isinstance(op, KernelAttentionRope) else "const int*"  # (cos, sin) / (rows, pos)
-            args += "".join(f"({extra})ins[{k}], " for k in range(4, 6) if k <= op.n_inputs)
-            args += "".join(f"(const {t}*)ins[{k}], " for k in range(6, op.n_inputs + 1))  # (a q-norm's weight)
+            # after q, k, v: (rows, pos) of a paged op, then (cos, sin) of a rope op (KernelAttentionRope,
+            # KernelPagedAttentionRope), then a q-norm's weight (KernelAttentionNormRope): the kernel's order
+            extra = ["const int*"] * 2 * hasattr(op, "slots") + ["const float*"] * 2 * hasattr(op, "rot")
+            extra += [f"const {t}*"] * hasattr(op, "wst")
+            args += "".join(f"({ct})ins[{k}], " for k, ct in zip(range(4, op.n_inputs + 1), extra, strict=True))
             parts += [RUN.format(entry=ln.name, T=t, args=args) for ln in kern.launches]
         src, lib = tmp / "attention_emu.cpp", tmp / "attention_emu.so"
         src.write_text(SHIM + PRELUDE + "".join(dict.fromkeys(parts)))  # PRELUDE: the PDL sync (a no-op here)

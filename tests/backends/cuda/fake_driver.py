@@ -127,7 +127,8 @@ class Module:
     def __init__(self, image=None):
         self._funcs: dict[str, Func] = {}
 
-    def function(self, name: str) -> Func:
+    def function(self, name: str, shared: int = 0) -> Func:
+        """(`shared`: the dynamic shared bytes the real driver opts the function in to; nothing here.)"""
         if name not in self._funcs:
             self._funcs[name] = f = Func(name)
             if name.startswith("sample_"):  # the device sampler (luminal/backends/cuda/sample.py)

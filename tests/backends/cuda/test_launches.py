@@ -258,3 +258,21 @@ def test_engine_buckets_keep_the_decode_plan(name, fake):
     writes = [n.op for n in plans[1].nodes if type(n.op).__name__ == "KernelScatterFused"]
     assert len(writes) == 2 and all(w.wide for w in writes), plans[1].op_counts()
     assert "KernelScatterPair" not in plans[1].op_counts()
+
+
+def test_every_decode_op_is_priceable_alone(fake):
+    """The search prices an op by running it alone (costs.one_op_plan), its inputs sized by the views
+    that read them (backend.input_extents). KernelAliasAfter reads nothing: with no view its cache
+    input had 0 bytes, the one-op plan failed, and on the H200 every plan holding the k/v pair was
+    unpriceable -- the search took plain three-launch writes beside the pair (10 launches a layer)."""
+    from luminal.backends.cuda.backend import input_extents
+    from luminal.egraph.costs import one_op_plan
+
+    llir = _preferred(step("llama", 1, small=True).graph, None, BOUNDS)
+    env = {"s": 1, "r": 1, "p": P}
+    aliases = [i for i, n in enumerate(llir.nodes) if type(n.op).__name__ == "KernelAliasAfter"]
+    assert len(aliases) == 2, llir.op_counts()
+    for i in aliases:
+        plan = one_op_plan(llir, i)
+        want = int(np.prod([int(d.evaluate(env)) for d in llir.nodes[i].op.shape]))
+        assert input_extents(plan.nodes, env)["in0"] == want, (llir.nodes[i].op, input_extents(plan.nodes, env))

@@ -37,7 +37,7 @@ from luminal.backends.cuda.kernels import attention_prefill as pre
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir.op import EList, view
-from luminal.shape.expr import Expression, ceil_div, lt, minimum, num, prod
+from luminal.shape.expr import Expression, lt, minimum, num, prod
 from luminal.shape.tracker import linear_step
 
 HEAD_DIMS = (64, 128, 256)
@@ -140,22 +140,22 @@ class KernelAttention(KernelOp):
         nsplit = dec.splits(sp)
         on_decode, on_prefill = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"  # when each path skips
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
-        paths = [  # (code, entry suffix, grid, threads)
+        paths = [  # (code, entry suffix, grid, threads, dynamic shared bytes)
             (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
-             dec.THREADS),
+             dec.THREADS, 0),
         ]  # fmt: skip
         if sp.dtype == DType.f32 or (sp.rope is not None and sp.rope.norm is not None):  # (a q-norm: q staged)
             paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
-                          dec.THREADS))  # fmt: skip
+                          dec.THREADS, 0))  # fmt: skip
         else:
-            grid = num(sp.n_kv * sp.groups) * ceil_div(self.s, num(pre.block_rows(sp))) * big
-            paths.append((pre.prefill_code(sp, decls, on_prefill), "_pre", grid, pre.THREADS))
+            paths.append((pre.prefill_code(sp, decls, on_prefill), "_pre", pre.grid(sp, self.s) * big,
+                          pre.tiling(sp).threads, pre.dynamic_shared(sp)))  # fmt: skip
         # a path whose grid is a literal 0 never runs in this plan (s is a literal: the decode
         # bucket's s = 1, say), so neither its code nor its launch is part of the kernel
         live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
         code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
         name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))  # no math.h
-        launches = [Launch(name + tag, grid, threads) for _, tag, grid, threads in live]
+        launches = [Launch(name + tag, grid, threads, shared) for _, tag, grid, threads, shared in live]
         return Kernel(code, tuple(launches), headers(sp.dtype))
 
 

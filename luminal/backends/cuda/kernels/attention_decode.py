@@ -45,6 +45,37 @@ LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
+class PrefillSchedule:
+    """The tensor-core prefill kernel's tiling (attention_prefill.py). The field defaults are session
+    6's tiling: 4 warps of 16 query rows of one head, Q fragments in registers, blocks longest-first per
+    head; `PREFILL` below is the one the plans use."""
+
+    warps: int = 4  # warps per block
+    tiles: int = 1  # 16-row MMA tiles per warp (2: each K / V fragment feeds 32 rows; Q then in shared memory)
+    pack: int = 1  # query heads of a GQA group per block (a power of 2): their rows share every K / V tile
+    lpt: bool = False  # blocks longest-first over all heads (else longest-first within each head)
+    min_blocks: int = 0  # __launch_bounds__ promise at head_dim <= 128 (0: none)
+    # barriers per key tile: 4 (K and V each freed and refilled in a phase of its own), 2 (FA2's order)
+    # or 1 (K and V double-buffered: tile j+1 loads during all of tile j)
+    syncs: int = 4
+
+    @property
+    def name(self) -> str:
+        name = "pre" + (str(self.min_blocks) if self.min_blocks else "")
+        if (self.warps, self.tiles, self.pack, self.lpt, self.syncs) != (4, 1, 1, False, 4):
+            name += f"w{self.warps}t{self.tiles}g{self.pack}s{self.syncs}" + ("l" if self.lpt else "")
+        return name
+
+
+# the prefill tiling the plans use (the sweep's `PREFILL_SCHEDULES` are the candidates: measure with
+# `bench/attention.py --only prefill --sweep`, then set it here);
+# measured on the H200 (session 7, bench/attention.py --only prefill --sweep, 8b heads): FA2's two tiles a
+# warp, 4 GQA heads a block, longest-first, 2 barriers a key tile: 1.12 / 1.66 / 1.36x session 6's
+# tiling at 512 / 2k / 8k = 1.01 / 1.54 / 1.10x torch's flash backend (docs/perf.md)
+PREFILL = PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2)
+
+
+@dataclass(frozen=True)
 class DecodeVariant:
     """A schedule of KernelAttention's kernels, mostly the decode kernel's (bench/attention.py --sweep
     times them; DECODE is the default)."""
@@ -57,14 +88,24 @@ class DecodeVariant:
     # loop steps of K / V rows bulk-prefetched into L2 ahead of the loads (0: none; measured on the
     # H200, session 5: the prefetch a step ahead made the kernel 1.10-1.20x slower at 1k-32k keys)
     prefetch: int = 0
-    prefill_blocks: int = 0  # the prefill kernel's __launch_bounds__ promise at head_dim <= 128 (0: none)
+    prefill: PrefillSchedule = PREFILL  # the prefill kernel's tiling
 
     @property
     def name(self) -> str:
         tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
-        return tag + (f"-pre{self.prefill_blocks}" if self.prefill_blocks else "")
+        return tag + (f"-{self.prefill.name}" if self.prefill != PREFILL else "")
 
 
+# prefill tilings the bench sweeps (session 7; the one equal to PREFILL is the default's): session
+# 6's; FA2's (128 rows of one head, 32 per warp); the same over the 4 heads of a GQA group (32 rows
+# each: half the keys wasted on the diagonal) with 4, 2 and 1 barriers per key tile; session 6's
+# warps over 4 packed heads; 8 warps of 16 rows; session 6's tiling longest-first over all heads
+# with 4, 2 and 1 barriers
+PREFILL_SCHEDULES = (PrefillSchedule(), PrefillSchedule(tiles=2, lpt=True), PrefillSchedule(tiles=2, pack=4, lpt=True),
+                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=2),
+                     PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=1), PrefillSchedule(pack=4, lpt=True),
+                     PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
+                     PrefillSchedule(lpt=True, syncs=2), PrefillSchedule(lpt=True, syncs=1))  # fmt: skip
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
@@ -72,7 +113,8 @@ VARIANTS = {
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
-              DecodeVariant(prefill_blocks=3))  # 3 blocks per SM: ptxas spills ~60 B at d = 128
+              DecodeVariant(prefill=PrefillSchedule(min_blocks=3)),  # 3 blocks per SM: ptxas spills ~60 B at d = 128
+              *(DecodeVariant(prefill=p) for p in PREFILL_SCHEDULES))
 }  # fmt: skip
 
 

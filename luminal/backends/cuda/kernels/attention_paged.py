@@ -17,14 +17,14 @@ KernelAttention; the live lengths come from `pos`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
 from luminal.backends.cuda.kernel import Kernel, KernelOp, Launch, dim_decls, headers, name_code
 from luminal.backends.cuda.kernels import attention_decode as dec
-from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, attention_f64
+from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttentionRope, attention_f64
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.hlir.op import EList, view
@@ -67,7 +67,7 @@ class KernelPagedAttention(KernelOp):
         )
 
     def reference(self, ins, in_dtypes, env):
-        (qs, qst), (ps, pst), _, (rs, rst), (ss, sst) = self.input_views()
+        (qs, qst), (ps, pst), _, (rs, rst), (ss, sst) = KernelPagedAttention.input_views(self)  # (q: rotated, rope)
         q = view(ins[0], qs, qst, env).astype(np.float64)  # (n_kv, g, s, hd)
         kp = view(ins[1], ps, pst, env).astype(np.float64)  # (n_kv, slots, hd)
         vp = view(ins[2], ps, pst, env).astype(np.float64)
@@ -114,16 +114,48 @@ class KernelPagedAttention(KernelOp):
         small = lt(self.s, num(DECODE_ROWS + 1))
         nsplit = dec.splits(sp)
         on_decode, on_rows = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"
-        parts = [dec.cvt_code(sp.dtype), dec.decode_code(sp, decls, nsplit, on_decode, direct=False),
-                 dec.decode_code(sp, decls, 1, on_rows, direct=True)]  # fmt: skip
-        code = "\n".join(parts).replace("-INFINITY", "__int_as_float(0xff800000)")
-        name, code = name_code(self.prefix, code)
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
-        launches = (
-            Launch(f"{name}_dec", row_blocks * num(nsplit) * small, dec.THREADS),
-            Launch(f"{name}_rows", row_blocks * (num(1) - small), dec.THREADS),
-        )
+        paths = [  # (code, entry suffix, grid)
+            (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small),
+            (dec.decode_code(sp, decls, 1, on_rows, direct=True), "_rows", row_blocks * (num(1) - small)),
+        ]
+        # a path whose grid is a literal 0 never runs in this plan (a decode step's s = 1), so neither
+        # its code nor its launch is part of the kernel (as KernelAttention: one launch step a layer)
+        live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
+        code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
+        name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))
+        launches = tuple(Launch(name + tag, grid, dec.THREADS) for _, tag, grid in live)
         return Kernel(code, launches, headers(sp.dtype))
+
+
+@dataclass(frozen=True)
+class KernelPagedAttentionRope(KernelPagedAttention):
+    """KernelPagedAttention whose q is rotated as the kernel loads it (as KernelAttentionRope: rule
+    `paged-rope`, attention.egg): saves the q rotary's own launch of a Hugging Face decode step.
+    Inputs (x, k_pool, v_pool, rows, pos, cos, sin); cos and sin f32; the rope fields as
+    KernelAttentionRope's (q_strides read the rotated q, contiguous over `shape`)."""
+
+    shape: EList
+    xst: EList
+    ca: EList
+    rot: Expression
+    sb: EList
+    n_inputs: ClassVar[int] = 7  # (x, k_pool, v_pool, rows, pos, cos, sin)
+    prefix: ClassVar[str] = "pattnr"
+
+    def input_views(self):
+        q, kp, vp, rows, pos = super().input_views()
+        return ((self.shape, self.xst), kp, vp, rows, pos, (self.shape, self.ca), (self.shape, self.sb))
+
+    def reference(self, ins, in_dtypes, env):
+        q = KernelAttentionRope.rotated_q(self, [ins[0], None, None, ins[5], ins[6]], env)
+        return super().reference([q, *ins[1:5]], in_dtypes[:5], env)
+
+    def spec(self, variant: dec.DecodeVariant | None = None) -> dec.Spec:
+        sp = super().spec(variant)
+        if not all(len(st) == len(self.shape) for st in (self.xst, self.ca, self.sb)):
+            raise BackendError(f"KernelPagedAttentionRope: views of {len(self.shape)} axes expected")
+        return replace(sp, rope=dec.Rope(tuple(self.shape), tuple(self.xst), tuple(self.ca), self.rot, tuple(self.sb)))
 
 
 def _contiguous(shape) -> tuple[Expression, ...]:
@@ -132,4 +164,4 @@ def _contiguous(shape) -> tuple[Expression, ...]:
     return contiguous_strides(tuple(shape))
 
 
-PAGED_KERNELS = (KernelPagedAttention,)
+PAGED_KERNELS = (KernelPagedAttentionRope, KernelPagedAttention)  # preference order

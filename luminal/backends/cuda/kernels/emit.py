@@ -314,9 +314,12 @@ class Emitter:
             n = self.extent.get(v)
             if n is None or n > INVARIANCE_MAX:
                 continue
-            at = {tuple(c.substitute(v, k) for c in coords) for k in range(n)}
-            if len(at) == 1:
-                (coords,) = at
+            if n == 0:
+                continue
+            first = tuple(c.substitute(v, 0) for c in coords)
+            # the first value of v at which a coordinate differs ends the check (most do at v = 1)
+            if all(tuple(c.substitute(v, k) for c in coords) == first for k in range(1, n)):
+                coords = first
         return coords if isinstance(pos, tuple) else coords[0]
 
     def reduce(self, e: FNode, pos: Position) -> tuple[str, DType, Scope]:

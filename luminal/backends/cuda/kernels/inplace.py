@@ -58,7 +58,7 @@ from luminal.errors import BackendError
 from luminal.hlir import Scatter, fexpr
 from luminal.hlir.fexpr import FArgs, FNode
 from luminal.hlir.op import EList
-from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod
+from luminal.shape.expr import ONE, ZERO, Expression, ceil_div, num, prod, z
 from luminal.shape.tracker import contiguous_strides
 
 BLOCK = 1024
@@ -386,7 +386,10 @@ class KernelAliasAfter(KernelOp):
         return prod(self.shape)
 
     def input_views(self):
-        return ()
+        """Input 0 flat over the cache (nothing is read: the view sizes input 0 where the op runs alone,
+        as the search prices it; with no view the one-op plan gave the cache 0 bytes and failed, so on
+        the GPU every plan holding the pair was unpriceable and the search took plain writes)."""
+        return (((prod(self.shape),), (z,)),)
 
     def reference(self, ins, in_dtypes, env):
         return np.asarray(ins[0]).reshape(-1)[: int(prod(self.shape).evaluate(env))]
