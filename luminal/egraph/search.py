@@ -153,6 +153,9 @@ def search(
     st = _State(view, pricer or _whole_plans(profile), opts, n_sets)
     rng = random.Random(opts.seed)
     st.consider([view.preferred_genome(prefer)])
+    if not st.seen and st.errors:  # what the tests check is the preferred plan: say loudly it was not taken
+        log.warning("search: the backend's preferred plan could not be priced, searching without it: %s",
+                    st.errors[-1][:300])  # fmt: skip
     if not st.seen or (n_sets > 1 and pricer is None):
         seeds = [view.grounded_genome()]
         seeds += [view.random_genome(rng) for _ in range(max(0, min(opts.population, opts.budget) - 2))]
