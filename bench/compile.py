@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).parents[1]
+# bench/kernels.py would shadow the `kernels` package transformers imports when it is installed
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 PRESETS = ("llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-3-1b", "whisper-tiny")
 
 
@@ -226,30 +228,43 @@ def measure(preset: str, which: str, backend: str, cache: str, max_seq: int, lay
 
 
 def torch_compile_time(preset: str, layers: int | None) -> float | None:
-    """Seconds for torch.compile + the first forward of the same architecture (random weights, bf16 on
-    the GPU); None when transformers cannot build it here."""
+    """Seconds for torch.compile + the first forward of the same architecture (random weights, bf16,
+    built on the GPU directly: no f32 copy in host memory); None when transformers cannot build it here."""
     try:
         import torch
         import transformers as tf
 
-        from luminal.models import gemma, llama, qwen
+        from luminal.models import gemma, llama, qwen, whisper
 
-        fam = preset.split("-")[0]
-        c = {"llama": llama.CONFIGS, "qwen3": qwen.CONFIGS, "qwen2.5": qwen.CONFIGS, "gemma": gemma.CONFIGS}[fam][
-            preset
-        ]
-        n = layers or c.n_layers
-        common = dict(vocab_size=c.vocab_size, hidden_size=c.dim, intermediate_size=c.hidden, num_hidden_layers=n,
-                      num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim)  # fmt: skip
-        cls = {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "qwen2.5": tf.Qwen2Config,
-               "gemma": tf.Gemma3TextConfig}[fam]  # fmt: skip
         dev = "cuda" if torch.cuda.is_available() else "cpu"
-        model = tf.AutoModelForCausalLM.from_config(cls(**common)).to(dev, torch.bfloat16).eval()
-        ids = torch.randint(0, c.vocab_size, (1, 16), device=dev)
+        fam = preset.split("-")[0]
+        if fam == "whisper":
+            w = whisper.CONFIGS[preset.removeprefix("whisper-")]
+            cfg = tf.WhisperConfig(vocab_size=w.vocab_size, num_mel_bins=w.n_mels, d_model=w.dim,
+                                   encoder_layers=layers or w.enc_layers, decoder_layers=layers or w.dec_layers,
+                                   encoder_attention_heads=w.heads, decoder_attention_heads=w.heads,
+                                   encoder_ffn_dim=w.ffn, decoder_ffn_dim=w.ffn, max_source_positions=w.audio_ctx,
+                                   max_target_positions=w.text_ctx)  # fmt: skip
+            with torch.device(dev):
+                model = tf.WhisperForConditionalGeneration(cfg).to(torch.bfloat16).eval()
+            args = dict(input_features=torch.randn(1, w.n_mels, 2 * w.audio_ctx, device=dev, dtype=torch.bfloat16),
+                        decoder_input_ids=torch.randint(0, w.vocab_size, (1, 16), device=dev))  # fmt: skip
+        else:
+            c = {"llama": llama.CONFIGS, "qwen3": qwen.CONFIGS, "qwen2.5": qwen.CONFIGS, "gemma": gemma.CONFIGS}[fam][
+                preset
+            ]
+            common = dict(vocab_size=c.vocab_size, hidden_size=c.dim, intermediate_size=c.hidden,
+                          num_hidden_layers=layers or c.n_layers, num_attention_heads=c.n_heads,
+                          num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim)  # fmt: skip
+            cls = {"llama": tf.LlamaConfig, "qwen3": tf.Qwen3Config, "qwen2.5": tf.Qwen2Config,
+                   "gemma": tf.Gemma3TextConfig}[fam]  # fmt: skip
+            with torch.device(dev):
+                model = tf.AutoModelForCausalLM.from_config(cls(**common), dtype=torch.bfloat16).eval()
+            args = dict(input_ids=torch.randint(0, c.vocab_size, (1, 16), device=dev))
         t0 = time.perf_counter()
         cm = torch.compile(model)
         with torch.no_grad():
-            cm(ids)
+            cm(**args)
         if dev == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0
@@ -328,9 +343,12 @@ def main(argv: list[str]) -> None:
                     if a.json:
                         with open(a.json, "a") as f:
                             f.write(json.dumps(m | {"run": run}) + "\n")
-        if a.torch and not preset.startswith(("synthetic", "whisper")):
+        if a.torch and not preset.startswith("synthetic"):
             t = torch_compile_time(preset, a.layers)
             print(f"{preset:<14}torch.compile + first forward: {'n/a' if t is None else f'{t:.1f} s'}", flush=True)
+            if a.json:
+                with open(a.json, "a") as f:
+                    f.write(json.dumps({"preset": preset, "torch_compile_s": t}) + "\n")
 
 
 if __name__ == "__main__":
