@@ -14,9 +14,10 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
-from luminal.backends.cuda.kernels import attention_prefill
+from luminal.backends.cuda.kernels import attention_decode_tc, attention_prefill
+from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttention, KernelAttentionRope
-from luminal.backends.cuda.kernels.attention_decode import DECODE, THREADS, VARIANTS, DecodeVariant
+from luminal.backends.cuda.kernels.attention_decode import DECODE, THREADS, VARIANTS, DecodeVariant, tc
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import minimum, num, var, z
@@ -92,7 +93,9 @@ def test_decode_kernels_keep_their_register_budget():
                     assert regs <= 255 and spill <= (0 if tiles == 1 else 192), (ln.name, regs, spill)
                 continue
             what = f"{ln.name} (head_dim {op.head_dim}, {op.dtype}, {v.name}): {regs} registers, {spill} B spilled"
-            assert regs <= 65536 // (THREADS * v.min_blocks) and spill == 0, what
+            sp = op.spec(v)  # the tensor-core split kernel promises the blocks its shared memory allows
+            blocks = attention_decode_tc.blocks_per_sm(sp) if ln.name.endswith("_dec") and tc(sp) else v.min_blocks
+            assert regs <= 65536 // (THREADS * blocks) and spill == 0, what
 
 
 def test_launches_gate_on_s_and_decode_grid_ignores_the_context():
@@ -409,4 +412,4 @@ def test_rope_kernels_compile_for_sm90_without_spills(no_cache):
             regs, spill = usage[ln.name]
             pre = ln.name.endswith("_pre")
             most = 192 if pre and attention_prefill.tiling(op.spec()).tiles > 1 else 0
-            assert ln.name.startswith("attnr_") and spill <= most and (regs <= 128 or pre), (ln, regs, spill)
+            assert ln.name.startswith("attnr_") and spill <= most and (regs <= register_budget(ln.shared) or pre), (ln, regs, spill)

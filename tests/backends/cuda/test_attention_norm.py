@@ -18,6 +18,7 @@ import luminal as lm
 from luminal import nn
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention import KernelAttention
 from luminal.backends.cuda.kernels.attention_norm import KernelAttentionNormRope
 from luminal.dtype import DType
@@ -182,7 +183,7 @@ def test_norm_kernels_compile_for_sm90_without_spills(no_cache):
     usage = ptxas_usage(kernels)
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
-        assert ln.name.startswith("attnn_") and spill == 0 and regs <= 128, (ln, regs, spill)
+        assert ln.name.startswith("attnn_") and spill == 0 and regs <= register_budget(ln.shared), (ln, regs, spill)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "gemma3"])
@@ -224,7 +225,7 @@ def test_zoo_decode_ops_compile_for_sm90_without_spills(no_cache):
     usage = ptxas_usage(kernels)
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
-        assert spill == 0 and regs <= 128, (ln, regs, spill)
+        assert spill == 0 and regs <= register_budget(ln.shared), (ln, regs, spill)
 
 
 # -- GPU -------------------------------------------------------------------------------------------------
