@@ -120,7 +120,7 @@ VARIANTS = {
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
               DecodeVariant(prefill=PrefillSchedule(min_blocks=3)),  # 3 blocks per SM: ptxas spills ~60 B at d = 128
-              DecodeVariant(tc=132, stages=4), DecodeVariant(tc=396, stages=2),
+              DecodeVariant(tc=132, stages=4), DecodeVariant(tc=132, stages=6), DecodeVariant(tc=396, stages=2),
               DecodeVariant(tc=264, stages=2), DecodeVariant(tc=528, stages=2),
               *(DecodeVariant(prefill=p) for p in PREFILL_SCHEDULES))
 }  # fmt: skip
