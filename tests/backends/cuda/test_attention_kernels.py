@@ -15,9 +15,9 @@ import pytest
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels import attention_decode_tc, attention_prefill
-from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention import DECODE_ROWS, DTYPES, HEAD_DIMS, KernelAttention, KernelAttentionRope
 from luminal.backends.cuda.kernels.attention_decode import DECODE, THREADS, VARIANTS, DecodeVariant, tc
+from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.dtype import DType
 from luminal.errors import BackendError
 from luminal.shape.expr import minimum, num, var, z
@@ -412,4 +412,5 @@ def test_rope_kernels_compile_for_sm90_without_spills(no_cache):
             regs, spill = usage[ln.name]
             pre = ln.name.endswith("_pre")
             most = 192 if pre and attention_prefill.tiling(op.spec()).tiles > 1 else 0
-            assert ln.name.startswith("attnr_") and spill <= most and (regs <= register_budget(ln.shared) or pre), (ln, regs, spill)
+            budget = 255 if pre else register_budget(ln.shared)
+            assert ln.name.startswith("attnr_") and spill <= most and regs <= budget, (ln, regs, spill)

@@ -18,8 +18,8 @@ import luminal as lm
 from luminal import nn
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
-from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention import KernelAttention
+from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention_norm import KernelAttentionNormRope
 from luminal.dtype import DType
 from luminal.egraph.compile import build_egraph, preference

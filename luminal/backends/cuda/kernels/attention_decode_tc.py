@@ -96,7 +96,8 @@ def decode_tc_code(sp: dec.Spec, decls: str, nsplit: int, skip: str) -> str:
 """
     score = dec.score_code(sp, f"(x * {dec.q_scale(sp)!r}f)")
     wtile = WARPS * TILE
-    return f"""{dec.range_code(sp, nsplit, "dec")}extern "C" __global__ void __launch_bounds__({dec.THREADS}, {blocks_per_sm(sp)})
+    bounds = f"__launch_bounds__({dec.THREADS}, {blocks_per_sm(sp)})"
+    return f"""{dec.range_code(sp, nsplit, "dec")}extern "C" __global__ void {bounds}
 KNAME_dec{dec._params(t, sp.paged, sp.rope is not None, sp.rope is not None and sp.rope.norm is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
@@ -126,8 +127,10 @@ KNAME_dec{dec._params(t, sp.paged, sp.rope is not None, sp.rope is not None and 
       const bool ok = j < ke;
       const long long jj = ok ? j : kb;
       const long long row = {key};
-      KNAME_cp16(KNAME_saddr(dst + r * {pitch} + col), ok ? (const void*)(kh + row * ({ksk}) + col) : (const void*)kh, ok);
-      KNAME_cp16(KNAME_saddr(dst + {tile} + r * {pitch} + col), ok ? (const void*)(vh + row * ({vsk}) + col) : (const void*)vh, ok);
+      const void* const ks = ok ? (const void*)(kh + row * ({ksk}) + col) : (const void*)kh;
+      const void* const vs = ok ? (const void*)(vh + row * ({vsk}) + col) : (const void*)vh;
+      KNAME_cp16(KNAME_saddr(dst + r * {pitch} + col), ks, ok);
+      KNAME_cp16(KNAME_saddr(dst + {tile} + r * {pitch} + col), vs, ok);
     }}
   }};
 #pragma unroll
