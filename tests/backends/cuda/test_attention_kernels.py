@@ -221,6 +221,22 @@ def test_other_decode_schedules_compute_attention_on_cpu(tmp_path):
         assert_matches(got, expected(ops[name], q, k, v, env), ops[name].dtype, 1.0, f"{name} {ODD_SCHEDULE.name}")
 
 
+@needs_gxx
+@pytest.mark.parametrize("variant", [DecodeVariant(tc=8, stages=2), DecodeVariant(tc=4, stages=3)], ids=lambda v: v.name)
+def test_tensor_core_decode_schedules_compute_attention_on_cpu(variant, tmp_path):
+    """The tensor-core split kernel with few splits: chunks of several tiles per warp (the rings wrap),
+    warps past the chunk's end, and (f32) the CUDA-core fallback."""
+    from tests.backends.cuda.attention_emu import Emulated
+
+    ops = {name: make_op(**kw) for name, (kw, _, _) in SCHEDULE_CASES.items()}
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path, variant)
+    for name, (_, s, p) in SCHEDULE_CASES.items():
+        env = {"s": s, "p": p}
+        q, k, v = inputs(ops[name], env, seed=len(name) + 1)
+        got = emu.run(ops[name], q, k, v, env=env)
+        assert_matches(got, expected(ops[name], q, k, v, env), ops[name].dtype, 1.0, f"{name} {variant.name}")
+
+
 def test_reference_is_attention_over_the_views():
     op = make_op(n_kv=2, groups=2, hd=64, dt=DType.f32, window=3)
     env = {"s": 4, "p": 2}
