@@ -222,7 +222,7 @@ def test_other_decode_schedules_compute_attention_on_cpu(tmp_path):
 
 
 @needs_gxx
-@pytest.mark.parametrize("variant", [DecodeVariant(tc=8, stages=2), DecodeVariant(tc=4, stages=3)], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", [DecodeVariant(tc=8, stages=2), DecodeVariant(tc=4, stages=3)], ids=str)
 def test_tensor_core_decode_schedules_compute_attention_on_cpu(variant, tmp_path):
     """The tensor-core split kernel with few splits: chunks of several tiles per warp (the rings wrap),
     warps past the chunk's end, and (f32) the CUDA-core fallback."""
