@@ -514,7 +514,7 @@ def _ml(sp: Spec, nsplit: int, row: str) -> str:
     return f"(scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * sp.head_dim} + {row} * {2 * nsplit})"
 
 
-def merge_code(sp: Spec, nsplit: int) -> str:
+def merge_code(sp: Spec, nsplit: int, unroll: int = 8) -> str:
     """The tail of the split decode kernel: a block that wrote partials takes a ticket of its row
     block (h, gc, i) after a fence; the last of the nsplit used splits to arrive resets the ticket
     to 0 (the next launch -- a CUDA graph replay -- starts from zero again) and merges every split's
@@ -557,8 +557,8 @@ def merge_code(sp: Spec, nsplit: int) -> str:
     const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
     const float4* acc = reinterpret_cast<const float4*>(scratch + row * {nsplit * hd} + d);
     float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int sp = 0; sp < nsplit; ++sp) {{  // 8 loads of 16 bytes in flight (16: the p1 schedule spills)
+#pragma unroll {unroll}
+    for (int sp = 0; sp < nsplit; ++sp) {{  // `unroll` loads of 16 bytes in flight (16: the p1 schedule spills)
       const float4 a = __ldcg(acc + sp * {hd // 4});
       const float c = sm_w[r][sp];
       A.x = fmaf(a.x, c, A.x); A.y = fmaf(a.y, c, A.y); A.z = fmaf(a.z, c, A.z); A.w = fmaf(a.w, c, A.w);

@@ -243,5 +243,5 @@ KNAME_dec{dec._params(t, sp.paged, sp.rope is not None, sp.rope is not None and 
       if (d == 0) {{ float* ml = {dec._ml(sp, nsplit, "row")} + split * 2; ml[0] = M; ml[1] = L; }}
     }}
   }}
-{dec.merge_code(sp, nsplit)}}}
+{dec.merge_code(sp, nsplit, 16)}}}
 """
