@@ -228,9 +228,13 @@ def test_tensor_core_decode_schedules_compute_attention_on_cpu(variant, tmp_path
     warps past the chunk's end, and (f32) the CUDA-core fallback."""
     from tests.backends.cuda.attention_emu import Emulated
 
-    ops = {name: make_op(**kw) for name, (kw, _, _) in SCHEDULE_CASES.items()}
+    cases = {
+        **SCHEDULE_CASES,
+        "f16-hd256-g8-softcap": (dict(dt=DType.f16, hd=256, n_kv=1, groups=8, softcap=0.7), 2, 200),
+    }
+    ops = {name: make_op(**kw) for name, (kw, _, _) in cases.items()}
     emu = Emulated(list(ops.values()), SLOTS, tmp_path, variant)
-    for name, (_, s, p) in SCHEDULE_CASES.items():
+    for name, (_, s, p) in cases.items():
         env = {"s": s, "p": p}
         q, k, v = inputs(ops[name], env, seed=len(name) + 1)
         got = emu.run(ops[name], q, k, v, env=env)
@@ -400,11 +404,12 @@ ROPE_CASES = {  # decode with several splits, f32 rows, bf16 tensor-core prefill
 
 
 @needs_gxx
-def test_rope_kernels_compute_attention_on_cpu(tmp_path):
+@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+def test_rope_kernels_compute_attention_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
     ops = {name: make_rope_op(**kw) for name, (kw, _, _) in ROPE_CASES.items()}
-    emu = Emulated(list(ops.values()), SLOTS, tmp_path)
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path, variant)
     for name, (_, s, p) in ROPE_CASES.items():
         op, env = ops[name], {"s": s, "p": p}
         ins = rope_inputs(op, env, seed=len(name))

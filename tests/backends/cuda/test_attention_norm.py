@@ -19,6 +19,7 @@ from luminal import nn
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels.attention import KernelAttention
+from luminal.backends.cuda.kernels.attention_decode import DecodeVariant
 from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention_norm import KernelAttentionNormRope
 from luminal.dtype import DType
@@ -155,11 +156,12 @@ def test_norm_reference_is_the_unfused_chain():
 
 
 @needs_gxx
-def test_norm_kernels_compute_attention_on_cpu(tmp_path):
+@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+def test_norm_kernels_compute_attention_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
     ops = {name: make_norm_op(**kw) for name, (kw, _, _) in NORM_CASES.items()}
-    emu = Emulated(list(ops.values()), SLOTS, tmp_path)
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path, variant)
     for name, (_, s, p) in NORM_CASES.items():
         op, env = ops[name], {"s": s, "p": p}
         ins = norm_inputs(op, env, seed=len(name))

@@ -112,10 +112,11 @@ PREFILL_SCHEDULES = (PrefillSchedule(), PrefillSchedule(tiles=2, lpt=True), Pref
                      PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=1), PrefillSchedule(pack=4, lpt=True),
                      PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
                      PrefillSchedule(lpt=True, syncs=2), PrefillSchedule(lpt=True, syncs=1))  # fmt: skip
-DECODE = DecodeVariant(tc=264, stages=3)
+DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(), DecodeVariant(prefetch=1), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
+    for v in (DECODE, DecodeVariant(tc=264, stages=3), DecodeVariant(prefetch=1), DecodeVariant(prefetch=2),
+              DecodeVariant(unroll=2),
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
