@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="also time every schedule (attention_decode.VARIANTS)")
     ap.add_argument("--dry", action="store_true", help="no GPU: compile every kernel, print registers and grids")
     ap.add_argument("--only", choices=("decode", "prefill"), help="the decode or the prefill cases only")
+    ap.add_argument("--variants", help="with --sweep: only these schedules (comma-separated VARIANTS names)")
     args = ap.parse_args(argv)
     cases = [("decode", c) for c in DECODE_CTX] + [("prefill", s) for s in PREFILL_S]
     if args.quick:
@@ -267,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     driver.device()
     rows, bad = [], 0
     for kind, size in cases:
-        r = bench_case(kind, size, args.reps, sweep(kind) if args.sweep else ())
+        names = sweep(kind) if args.sweep else ()
+        if args.variants:
+            names = tuple(n for n in names if n in args.variants.split(","))
+        r = bench_case(kind, size, args.reps, names)
         rows.append(r)
         if "error" in r:
             bad += 1

@@ -59,6 +59,12 @@ static inline float __shfl_xor_sync(unsigned, float v, int off) {
   lanes[w][l] = v; warp_bar[w]->arrive_and_wait();
   const float r = lanes[w][l ^ off]; warp_bar[w]->arrive_and_wait(); return r;
 }
+static inline float __shfl_sync(unsigned, float v, int src) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  lanes[w][l] = v; warp_bar[w]->arrive_and_wait();
+  const float r = lanes[w][src & 31]; warp_bar[w]->arrive_and_wait(); return r;
+}
+static inline void __syncwarp() { warp_bar[threadIdx.x >> 5]->arrive_and_wait(); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
@@ -137,6 +143,7 @@ static inline float KNAME_exp2(const float x) { return exp2f(x); }
 static inline void KNAME_cp_commit() {}
 static inline void KNAME_cp_wait1() {}
 static inline void KNAME_cp_wait0() {}
+template <int N> static inline void KNAME_cp_wait() {}
 """
 
 RUN = r"""

@@ -19,6 +19,8 @@ from luminal import nn
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
 from luminal.backends.cuda.kernels.attention import KernelAttention
+from luminal.backends.cuda.kernels.attention_decode import DecodeVariant
+from luminal.backends.cuda.kernels.attention_decode_tc import register_budget
 from luminal.backends.cuda.kernels.attention_norm import KernelAttentionNormRope
 from luminal.dtype import DType
 from luminal.egraph.compile import build_egraph, preference
@@ -154,11 +156,12 @@ def test_norm_reference_is_the_unfused_chain():
 
 
 @needs_gxx
-def test_norm_kernels_compute_attention_on_cpu(tmp_path):
+@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+def test_norm_kernels_compute_attention_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
     ops = {name: make_norm_op(**kw) for name, (kw, _, _) in NORM_CASES.items()}
-    emu = Emulated(list(ops.values()), SLOTS, tmp_path)
+    emu = Emulated(list(ops.values()), SLOTS, tmp_path, variant)
     for name, (_, s, p) in NORM_CASES.items():
         op, env = ops[name], {"s": s, "p": p}
         ins = norm_inputs(op, env, seed=len(name))
@@ -182,7 +185,7 @@ def test_norm_kernels_compile_for_sm90_without_spills(no_cache):
     usage = ptxas_usage(kernels)
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
-        assert ln.name.startswith("attnn_") and spill == 0 and regs <= 128, (ln, regs, spill)
+        assert ln.name.startswith("attnn_") and spill == 0 and regs <= register_budget(ln.shared), (ln, regs, spill)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "gemma3"])
@@ -224,7 +227,7 @@ def test_zoo_decode_ops_compile_for_sm90_without_spills(no_cache):
     usage = ptxas_usage(kernels)
     for ln in (ln for k in kernels for ln in k.launches):
         regs, spill = usage[ln.name]
-        assert spill == 0 and regs <= 128, (ln, regs, spill)
+        assert spill == 0 and regs <= register_budget(ln.shared), (ln, regs, spill)
 
 
 # -- GPU -------------------------------------------------------------------------------------------------

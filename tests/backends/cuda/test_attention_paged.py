@@ -11,6 +11,7 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.attention_decode import DecodeVariant
 from luminal.backends.cuda.kernels.attention_paged import KernelPagedAttention
 from luminal.dtype import DType
 from luminal.shape.expr import num, var, z
@@ -18,6 +19,7 @@ from tests.helpers import assert_matches
 
 SLOTS = {"s": 0, "pages": 1, "!error": 2}
 POOL = 96
+TC = DecodeVariant(tc=8, stages=2)  # the tensor-core split kernel, few splits: chunks of several tiles per warp
 
 
 def make_op(n_kv=2, groups=2, hd=64, dt=DType.bf16, window=0, softcap=0.0) -> KernelPagedAttention:
@@ -95,11 +97,12 @@ def test_every_paged_variant_compiles_for_sm90(no_cache):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run CUDA C on the CPU")
-def test_paged_kernels_on_cpu(tmp_path):
+@pytest.mark.parametrize("variant", [None, TC], ids=["default", "tc"])
+def test_paged_kernels_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
     ops = {name: make_op(**kw) for name, (kw, _, _) in CASES.items()}
-    emu = Emulated(list(dict.fromkeys(ops.values())), SLOTS, tmp_path)
+    emu = Emulated(list(dict.fromkeys(ops.values())), SLOTS, tmp_path, variant)
     for name, (_, lens, pre) in CASES.items():
         op = ops[name]
         ins, env = batch(op, lens, seed=len(name), prefill=pre)
@@ -108,8 +111,9 @@ def test_paged_kernels_on_cpu(tmp_path):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("variant", [None, TC], ids=["default", "tc"])
 @pytest.mark.parametrize("dt", [DType.f32, DType.f16, DType.bf16], ids=str)
-def test_paged_kernels_on_the_gpu(dt):
+def test_paged_kernels_on_the_gpu(dt, variant):
     from luminal.backends.cuda import driver
 
     dev = driver.device()
@@ -119,20 +123,20 @@ def test_paged_kernels_on_the_gpu(dt):
             op = make_op(n_kv=2, groups=4, hd=128, dt=dt, **kw)
             lens = [int(x) for x in rng.integers(1, POOL // b + 1, b)]  # the pool holds every sequence's slots
             ins, env = batch(op, lens, seed=b)
-            kern = op.render(SLOTS)
+            kern = op.render(SLOTS, variant)
             mod = driver.Module(nvrtc.compile_cubin(source([kern])))
             n = int(op.out_size().evaluate(env))
             host = [np.full(n + 8, np.nan, dt.np), *ins, np.array([env["s"], env["pages"], 0, 0], np.int64)]
             bufs = [driver.DeviceBuffer(max(16, a.nbytes)) for a in host]
             for buf, a in zip(bufs, host, strict=True):
                 driver.htod(buf.ptr, a, dev.stream)
-            scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes().evaluate(env))))
-            zeroed = driver.DeviceBuffer(max(256, op.zeroed_bytes()))
+            scratch = driver.DeviceBuffer(max(256, int(op.scratch_bytes(variant).evaluate(env))))
+            zeroed = driver.DeviceBuffer(max(256, op.zeroed_bytes(variant)))
             driver.memset8(zeroed.ptr, 0, zeroed.nbytes, dev.stream)
             params = driver.Params([*(buf.ptr for buf in bufs), scratch.ptr, zeroed.ptr])
             for ln in kern.launches:
                 grid = max(1, int(ln.grid.evaluate(env)))
-                driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+                driver.launch(mod.function(ln.name, ln.shared), grid, ln.block, ln.shared, params, dev.stream)
             out = np.empty(n + 8, dt.np)
             driver.dtoh(out, bufs[0].ptr, dev.stream)
             dev.synchronize()

@@ -13,6 +13,7 @@ import pytest
 
 from luminal.backends.cuda import nvrtc
 from luminal.backends.cuda.kernel import source
+from luminal.backends.cuda.kernels.attention_decode import DecodeVariant
 from luminal.backends.cuda.kernels.attention_paged import KernelPagedAttentionRope
 from luminal.dtype import DType
 from luminal.shape.expr import num, var, z
@@ -47,11 +48,12 @@ def test_paged_rope_compiles_for_sm90(no_cache):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run CUDA C on the CPU")
-def test_paged_rope_kernel_on_cpu_equals_its_reference(tmp_path):
+@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+def test_paged_rope_kernel_on_cpu_equals_its_reference(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
     cases = {"decode": (make_rope_op(num(1)), [37]), "rows": (make_rope_op(var("s")), [5, 60, 23])}
-    emu = Emulated([op for op, _ in cases.values()], SLOTS, tmp_path)
+    emu = Emulated([op for op, _ in cases.values()], SLOTS, tmp_path, variant)
     for name, (op, lens) in cases.items():
         ins, env = _inputs(op, lens, seed=len(name))
         env = {**env, "s": len(lens)}
@@ -83,7 +85,7 @@ def test_paged_rope_kernel_on_the_gpu(dt):
         params = driver.Params([*(buf.ptr for buf in bufs), scratch.ptr, zeroed.ptr])
         for ln in kern.launches:
             grid = max(1, int(ln.grid.evaluate(env)))
-            driver.launch(mod.function(ln.name), grid, ln.block, ln.shared, params, dev.stream)
+            driver.launch(mod.function(ln.name, ln.shared), grid, ln.block, ln.shared, params, dev.stream)
         out = np.empty(n + 8, dt.np)
         driver.dtoh(out, bufs[0].ptr, dev.stream)
         dev.synchronize()

@@ -142,18 +142,21 @@ class KernelAttention(KernelOp):
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
         paths = [  # (code, entry suffix, grid, threads, dynamic shared bytes)
             (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
-             dec.THREADS, 0),
+             dec.THREADS, dec.split_shared(sp)),
         ]  # fmt: skip
+        lib = dec.decode_lib(sp)  # (the tensor-core decode kernel's intrinsics: then the prefill kernel's too)
         if sp.dtype == DType.f32 or (sp.rope is not None and sp.rope.norm is not None):  # (a q-norm: q staged)
             paths.append((dec.decode_code(sp, decls, 1, on_prefill, direct=True), "_rows", row_blocks * big,
                           dec.THREADS, 0))  # fmt: skip
         else:
-            paths.append((pre.prefill_code(sp, decls, on_prefill), "_pre", pre.grid(sp, self.s) * big,
+            paths.append((pre.prefill_code(sp, decls, on_prefill, lib=False), "_pre", pre.grid(sp, self.s) * big,
                           pre.tiling(sp).threads, pre.dynamic_shared(sp)))  # fmt: skip
         # a path whose grid is a literal 0 never runs in this plan (s is a literal: the decode
         # bucket's s = 1, say), so neither its code nor its launch is part of the kernel
         live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
-        code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
+        if not lib and any(tag == "_pre" for _, tag, *_ in live):
+            lib = pre.intrinsics(sp.dtype) + pre._bits(sp.dtype)
+        code = "\n".join([dec.cvt_code(sp.dtype) + lib, *(c for c, *_ in live)])
         name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))  # no math.h
         launches = [Launch(name + tag, grid, threads, shared) for _, tag, grid, threads, shared in live]
         return Kernel(code, tuple(launches), headers(sp.dtype))

@@ -89,10 +89,16 @@ class DecodeVariant:
     # H200, session 5: the prefetch a step ahead made the kernel 1.10-1.20x slower at 1k-32k keys)
     prefetch: int = 0
     prefill: PrefillSchedule = PREFILL  # the prefill kernel's tiling
+    # the tensor-core split kernel (attention_decode_tc.py) for bf16 / f16: its blocks per query row at
+    # one kv split each (0: the CUDA-core kernel above), and its shared-memory buffers per warp
+    tc: int = 0
+    stages: int = 3
 
     @property
     def name(self) -> str:
         tag = f"r{self.max_rows}b{self.target_blocks}c{self.min_chunk}u{self.unroll}m{self.min_blocks}p{self.prefetch}"
+        if self.tc:
+            tag = f"tc{self.tc}s{self.stages}"
         return tag + (f"-{self.prefill.name}" if self.prefill != PREFILL else "")
 
 
@@ -109,11 +115,14 @@ PREFILL_SCHEDULES = (PrefillSchedule(), PrefillSchedule(tiles=2, lpt=True), Pref
 DECODE = DecodeVariant()
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(prefetch=1), DecodeVariant(prefetch=2), DecodeVariant(unroll=2),
+    for v in (DECODE, DecodeVariant(tc=264, stages=3), DecodeVariant(prefetch=1), DecodeVariant(prefetch=2),
+              DecodeVariant(unroll=2),
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
               DecodeVariant(target_blocks=264, min_blocks=2),
               DecodeVariant(prefill=PrefillSchedule(min_blocks=3)),  # 3 blocks per SM: ptxas spills ~60 B at d = 128
+              DecodeVariant(tc=132, stages=4), DecodeVariant(tc=132, stages=6), DecodeVariant(tc=396, stages=2),
+              DecodeVariant(tc=264, stages=2), DecodeVariant(tc=528, stages=2),
               *(DecodeVariant(prefill=p) for p in PREFILL_SCHEDULES))
 }  # fmt: skip
 
@@ -165,9 +174,32 @@ def group_chunks(sp: Spec) -> int:
     return sp.groups // rows_per_block(sp)
 
 
+def tc(sp: Spec) -> bool:
+    """Whether the split path runs the tensor-core kernel (attention_decode_tc.applies)."""
+    from luminal.backends.cuda.kernels.attention_decode_tc import applies  # (it imports this module)
+
+    return applies(sp)
+
+
 def splits(sp: Spec) -> int:
     """KV splits per query row: enough blocks for the variant's target at one query row."""
-    return max(1, min(MAX_SPLITS, math.ceil(sp.variant.target_blocks / (sp.n_kv * group_chunks(sp)))))
+    target = sp.variant.tc if tc(sp) else sp.variant.target_blocks
+    return max(1, min(MAX_SPLITS, math.ceil(target / (sp.n_kv * group_chunks(sp)))))
+
+
+def split_shared(sp: Spec) -> int:
+    """Dynamic shared bytes of the split decode launch (the tensor-core kernel's rings; else 0)."""
+    from luminal.backends.cuda.kernels.attention_decode_tc import shared_bytes
+
+    return shared_bytes(sp) if tc(sp) else 0
+
+
+def decode_lib(sp: Spec) -> str:
+    """C the split decode kernel needs once per module beside cvt_code: the tensor-core kernel's
+    intrinsics (shared with the prefill kernel, which then leaves them out) or nothing."""
+    from luminal.backends.cuda.kernels.attention_prefill import _bits, intrinsics
+
+    return intrinsics(sp.dtype) + _bits(sp.dtype) if tc(sp) else ""
 
 
 def lane_layout(sp: Spec) -> tuple[int, int, int, int, int]:
@@ -253,14 +285,17 @@ def range_code(sp: Spec, nsplit: int, tag: str) -> str:
     if sp.causal:
         hi = "(past + i + 1 < T ? past + i + 1 : T)"
     lo = f"(past + i - {sp.window} + 1 > 0 ? past + i - {sp.window} + 1 : 0LL)" if sp.window else "0LL"
-    step = lane_layout(sp)[4] * unroll(sp)
+    step, least = lane_layout(sp)[4] * unroll(sp), sp.variant.min_chunk
+    if tag == "dec" and tc(sp):  # whole tiles of every warp
+        step = THREADS // 32 * 16  # (attention_decode_tc: 4 warps of 16-key tiles)
+        least = max(least, step)
     return f"""__device__ __forceinline__ int KNAME_range_{tag}(const long long T, const long long past,
     const long long i, long long* lo, long long* hi, long long* chunk) {{
   *lo = {lo};
   *hi = {hi};
   const long long n = *hi > *lo ? *hi - *lo : 0LL;
   long long c = (n + {nsplit - 1}) / {nsplit};
-  if (c < {sp.variant.min_chunk}) c = {sp.variant.min_chunk};
+  if (c < {least}) c = {least};
   c = (c + {step - 1}) / {step} * {step};  // whole block steps
   *chunk = c;
   return (int)((n + c - 1) / c);
@@ -320,6 +355,10 @@ def _rope_stage(sp: Spec) -> str:
 def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
     """The decode kernel (see the module docstring): `direct` writes the output (entry KNAME_rows,
     one split), else partials (entry KNAME_dec); returns at once when `skip` (C over S) holds."""
+    if not direct and tc(sp):
+        from luminal.backends.cuda.kernels.attention_decode_tc import decode_tc_code
+
+        return decode_tc_code(sp, decls, nsplit, skip)
     t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
     r_, gc = rows_per_block(sp), group_chunks(sp)
     vec, nv, dl, lpk, ns = lane_layout(sp)
@@ -476,7 +515,7 @@ def _ml(sp: Spec, nsplit: int, row: str) -> str:
     return f"(scratch + {sp.n_kv * sp.groups}LL * S * {nsplit * sp.head_dim} + {row} * {2 * nsplit})"
 
 
-def merge_code(sp: Spec, nsplit: int) -> str:
+def merge_code(sp: Spec, nsplit: int, unroll: int = 8) -> str:
     """The tail of the split decode kernel: a block that wrote partials takes a ticket of its row
     block (h, gc, i) after a fence; the last of the nsplit used splits to arrive resets the ticket
     to 0 (the next launch -- a CUDA graph replay -- starts from zero again) and merges every split's
@@ -519,8 +558,8 @@ def merge_code(sp: Spec, nsplit: int) -> str:
     const long long row = (h * {sp.groups} + (long long)gc * {r_} + r) * S + i;
     const float4* acc = reinterpret_cast<const float4*>(scratch + row * {nsplit * hd} + d);
     float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int sp = 0; sp < nsplit; ++sp) {{  // 8 loads of 16 bytes in flight (16: the p1 schedule spills)
+#pragma unroll {unroll}
+    for (int sp = 0; sp < nsplit; ++sp) {{  // `unroll` loads of 16 bytes in flight (16: the p1 schedule spills)
       const float4 a = __ldcg(acc + sp * {hd // 4});
       const float c = sm_w[r][sp];
       A.x = fmaf(a.x, c, A.x); A.y = fmaf(a.y, c, A.y); A.z = fmaf(a.z, c, A.z); A.w = fmaf(a.w, c, A.w);

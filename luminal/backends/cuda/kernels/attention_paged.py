@@ -115,16 +115,18 @@ class KernelPagedAttention(KernelOp):
         nsplit = dec.splits(sp)
         on_decode, on_rows = f"S > {DECODE_ROWS}", f"S <= {DECODE_ROWS}"
         row_blocks = num(sp.n_kv * dec.group_chunks(sp)) * self.s
-        paths = [  # (code, entry suffix, grid)
-            (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small),
-            (dec.decode_code(sp, decls, 1, on_rows, direct=True), "_rows", row_blocks * (num(1) - small)),
-        ]
+        paths = [  # (code, entry suffix, grid, dynamic shared bytes)
+            (dec.decode_code(sp, decls, nsplit, on_decode, direct=False), "_dec", row_blocks * num(nsplit) * small,
+             dec.split_shared(sp)),
+            (dec.decode_code(sp, decls, 1, on_rows, direct=True), "_rows", row_blocks * (num(1) - small), 0),
+        ]  # fmt: skip
         # a path whose grid is a literal 0 never runs in this plan (a decode step's s = 1), so neither
         # its code nor its launch is part of the kernel (as KernelAttention: one launch step a layer)
         live = [p for p in paths if not (p[2].is_num and p[2].value == 0)]
-        code = "\n".join([dec.cvt_code(sp.dtype), *(c for c, *_ in live)])
+        lib = dec.decode_lib(sp) if any(tag == "_dec" for _, tag, *_ in live) else ""
+        code = "\n".join([dec.cvt_code(sp.dtype) + lib, *(c for c, *_ in live)])
         name, code = name_code(self.prefix, code.replace("-INFINITY", "__int_as_float(0xff800000)"))
-        launches = tuple(Launch(name + tag, grid, dec.THREADS) for _, tag, grid in live)
+        launches = tuple(Launch(name + tag, grid, dec.THREADS, shared) for _, tag, grid, shared in live)
         return Kernel(code, launches, headers(sp.dtype))
 
 

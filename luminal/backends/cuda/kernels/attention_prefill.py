@@ -141,6 +141,9 @@ __device__ __forceinline__ unsigned short* KNAME_smem() {{
 __device__ __forceinline__ void KNAME_cp_commit() {{ asm volatile("cp.async.commit_group;\\n" ::: "memory"); }}
 __device__ __forceinline__ void KNAME_cp_wait1() {{ asm volatile("cp.async.wait_group 1;\\n" ::: "memory"); }}
 __device__ __forceinline__ void KNAME_cp_wait0() {{ asm volatile("cp.async.wait_group 0;\\n" ::: "memory"); }}
+template <int N> __device__ __forceinline__ void KNAME_cp_wait() {{
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory");
+}}
 {INTRINSICS_END}"""
 
 
@@ -336,7 +339,9 @@ def _stages(syncs: int, ksk: str, vsk: str) -> dict[str, str]:
     }
 
 
-def prefill_code(sp: Spec, decls: str, skip: str) -> str:
+def prefill_code(sp: Spec, decls: str, skip: str, lib: bool = True) -> str:
+    """The prefill kernel; `lib`: with the intrinsics (False: the module has them already, from
+    attention_decode.decode_lib)."""
     tl = tiling(sp)
     t, hd, g_ = sp.dtype.cuda, sp.head_dim, sp.groups
     bn, mt, nt = tl.bn, tl.tiles, tl.threads
@@ -385,7 +390,7 @@ def prefill_code(sp: Spec, decls: str, skip: str) -> str:
     q_load = _q_to_shared(sp, tl) if tl.q_shared else ""
     q_regs = "" if tl.q_shared else _q_registers(sp)
     stage = _stages(tl.syncs, ksk, vsk)
-    return f"""{intrinsics(sp.dtype)}{_bits(sp.dtype)}
+    return f"""{intrinsics(sp.dtype) + _bits(sp.dtype) if lib else ""}
 extern "C" __global__ void {bounds} KNAME_pre{_params(t, False, sp.rope is not None)} {{
 {decls}  const long long S = {c_expr(sp.s)};
   if (S == 0 || {skip}) return;
