@@ -352,6 +352,37 @@ def _rope_stage(sp: Spec) -> str:
 """
 
 
+def split_entry(sp: Spec, nsplit: int, tag: str, bounds: str, decls: str, skip: str, table: str) -> str:
+    """C: a split decode kernel's range function, entry KNAME_<tag> and prologue, through its key range
+    [kb, ke): the block's (split, query row i, group chunk gc, kv head h), the visible keys [lo, hi)
+    split `nsplit` ways, and a block past the used splits returns (split 0 writing the rows of a
+    query that sees no key). Shared by the CUDA-core and the tensor-core kernels."""
+    r_, gc, hd, dt = rows_per_block(sp), group_chunks(sp), sp.head_dim, sp.dtype
+    empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"  # no visible key: 0 for t = 0, else NaN
+    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
+KNAME_{tag}{_params(sp.dtype.cuda, sp.paged, sp.rope is not None, sp.rope is not None and sp.rope.norm is not None)} {{
+{decls}  const long long S = {c_expr(sp.s)};
+  if (S == 0 || {skip}) return;
+  const long long T = {c_expr(sp.t)};
+  long long b = blockIdx.x;
+  const int split = (int)(b % {nsplit}); b /= {nsplit};
+  const long long i = b % S; b /= S;
+  const int gc = (int)(b % {gc});
+  const long long h = b / {gc};
+  if (h >= {sp.n_kv}) return;
+{_past(sp)}{table}  long long lo, hi, chunk;
+  const int nsplit = KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk);
+  if (split >= nsplit) {{  // nsplit is 0 (no visible key): split 0 writes the rows
+    if (split == 0)
+      for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
+        out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
+    return;
+  }}
+  const long long kb = lo + (long long)split * chunk;
+  const long long ke = kb + chunk < hi ? kb + chunk : hi;  // kb < ke: split < nsplit
+"""
+
+
 def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> str:
     """The decode kernel (see the module docstring): `direct` writes the output (entry KNAME_rows,
     one split), else partials (entry KNAME_dec); returns at once when `skip` (C over S) holds."""
@@ -360,7 +391,7 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
 
         return decode_tc_code(sp, decls, nsplit, skip)
     t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
-    r_, gc = rows_per_block(sp), group_chunks(sp)
+    r_ = rows_per_block(sp)
     vec, nv, dl, lpk, ns = lane_layout(sp)
     u_ = unroll(sp)
     ksh, ksk = (c_expr(e) for e in sp.k_steps)
@@ -375,7 +406,6 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
     loads = "".join(f"      kr[u][{w}] = pk[{w}]; vr[u][{w}] = pv[{w}];\n" for w in range(nv))
     cvt_k = "".join(f"      KNAME_cvt(kr[u][{w}], f + {w * vec});\n" for w in range(nv))
     cvt_v = cvt_k.replace("kr[", "vr[")
-    empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"  # no visible key: 0 for t = 0, else NaN
     pf = 0 if sp.paged else sp.variant.prefetch  # (paged: the address would wait for the slot's load)
 
     def prefetch(base: str, steps, ind: str = "  ") -> str:
@@ -389,13 +419,6 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
         )
         return f"{ind}if (threadIdx.x % {lpk} == 0) {{  // L2 prefetch\n{one}{ind}}}\n" if keys else ""
 
-    early = f"""  if (split >= nsplit) {{  // nsplit is 0 (no visible key): split 0 writes the rows
-    if (split == 0)
-      for (int o = threadIdx.x; o < {r_ * hd}; o += {THREADS})
-        out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
-    return;
-  }}
-"""
     result = f"      out[row * {hd} + d] = {store(dt, 'A / L')};\n"
     if not direct:  # one used split writes the output itself; more write partials, the last one merges
         result = (f"      if (nsplit == 1) {{\n  {result}      }} else {{\n"
@@ -403,22 +426,8 @@ def decode_code(sp: Spec, decls: str, nsplit: int, skip: str, direct: bool) -> s
                   f"        if (d == 0) {{ float* ml = {_ml(sp, nsplit, 'row')} + split * 2; ml[0] = M; ml[1] = L; }}\n"
                   "      }\n")  # fmt: skip
     bounds = f"__launch_bounds__({THREADS}, {sp.variant.min_blocks})"
-    return f"""{range_code(sp, nsplit, tag)}extern "C" __global__ void {bounds}
-KNAME_{tag}{_params(t, sp.paged, sp.rope is not None, sp.rope is not None and sp.rope.norm is not None)} {{
-{decls}  const long long S = {c_expr(sp.s)};
-  if (S == 0 || {skip}) return;
-  const long long T = {c_expr(sp.t)};
-  long long b = blockIdx.x;
-  const int split = (int)(b % {nsplit}); b /= {nsplit};
-  const long long i = b % S; b /= S;
-  const int gc = (int)(b % {gc});
-  const long long h = b / {gc};
-  if (h >= {sp.n_kv}) return;
-{_past(sp)}{table}  long long lo, hi, chunk;
-  const int nsplit = KNAME_range_{tag}(T, past, i, &lo, &hi, &chunk);
-{early}  const long long kb = lo + (long long)split * chunk;
-  const long long ke = kb + chunk < hi ? kb + chunk : hi;  // kb < ke: split < nsplit
-  const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
+    entry = split_entry(sp, nsplit, tag, bounds, decls, skip, table)
+    return f"""{entry}  const int slot = threadIdx.x / {lpk}, d0 = (threadIdx.x % {lpk}) * {dl};
   const {t}* kp = k + h * ({ksh}) + d0;
   const {t}* vp = v + h * ({vsh}) + d0;
 {prefetch("kb + slot", range(pf))}{_rope_stage(sp)}  float qr[{r_}][{dl}], m[{r_}], l[{r_}], acc[{r_}][{dl}];

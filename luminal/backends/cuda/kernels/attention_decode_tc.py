@@ -72,7 +72,7 @@ def decode_tc_code(sp: dec.Spec, decls: str, nsplit: int, skip: str) -> str:
     from luminal.backends.cuda.kernels.attention_prefill import _bits, intrinsics  # noqa: F401 (imports dec)
 
     t, hd, dt = sp.dtype.cuda, sp.head_dim, sp.dtype
-    r_, gc = dec.rows_per_block(sp), dec.group_chunks(sp)
+    r_ = dec.rows_per_block(sp)
     ks_, ns = hd // 16, stages(sp)
     pitch, per = hd + PAD, hd // 8  # row pitch (elements), 16-byte chunks per row
     cpl = TILE * per // 32  # copies per lane and tile, of K (and of V)
@@ -86,33 +86,11 @@ def decode_tc_code(sp: dec.Spec, decls: str, nsplit: int, skip: str) -> str:
                   f"((unsigned)qb[{dec.q_index(sp, 'h', 'qg', 'i', '(qd + 1)')}] << 16)")  # fmt: skip
     else:  # staged rows, already rounded to the dtype: exact in 16 bits
         q_bits = f"KNAME_pack(sm_q[g * {hd} + qd], sm_q[g * {hd} + qd + 1])"
-    empty = "(T == 0 ? 0.0f : __int_as_float(0x7fffffff))"
-    early = f"""  if (split >= nsplit) {{  // nsplit is 0 (no visible key): split 0 writes the rows
-    if (split == 0)
-      for (int o = threadIdx.x; o < {r_ * hd}; o += {dec.THREADS})
-        out[((h * {sp.groups} + (long long)gc * {r_} + o / {hd}) * S + i) * {hd} + o % {hd}] = {store(dt, empty)};
-    return;
-  }}
-"""
     score = dec.score_code(sp, f"(x * {dec.q_scale(sp)!r}f)")
     wtile = WARPS * TILE
     bounds = f"__launch_bounds__({dec.THREADS}, {blocks_per_sm(sp)})"
-    return f"""{dec.range_code(sp, nsplit, "dec")}extern "C" __global__ void {bounds}
-KNAME_dec{dec._params(t, sp.paged, sp.rope is not None, sp.rope is not None and sp.rope.norm is not None)} {{
-{decls}  const long long S = {c_expr(sp.s)};
-  if (S == 0 || {skip}) return;
-  const long long T = {c_expr(sp.t)};
-  long long b = blockIdx.x;
-  const int split = (int)(b % {nsplit}); b /= {nsplit};
-  const long long i = b % S; b /= S;
-  const int gc = (int)(b % {gc});
-  const long long h = b / {gc};
-  if (h >= {sp.n_kv}) return;
-{dec._past(sp)}{table}  long long lo, hi, chunk;
-  const int nsplit = KNAME_range_dec(T, past, i, &lo, &hi, &chunk);
-{early}  const long long kb = lo + (long long)split * chunk;
-  const long long ke = kb + chunk < hi ? kb + chunk : hi;  // kb < ke: split < nsplit
-  const int warp = threadIdx.x >> 5, lid = threadIdx.x & 31, g = lid >> 2, c = lid & 3;
+    entry = dec.split_entry(sp, nsplit, "dec", bounds, decls, skip, table)
+    return f"""{entry}  const int warp = threadIdx.x >> 5, lid = threadIdx.x & 31, g = lid >> 2, c = lid & 3;
   unsigned short* const ring = KNAME_smem() + warp * {ns * 2 * tile};
   const {t}* kh = k + h * ({ksh});
   const {t}* vh = v + h * ({vsh});
