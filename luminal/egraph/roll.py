@@ -232,7 +232,7 @@ def _free_hashes(graph: Graph, free: set[int], sigs: list[str]) -> dict[int, str
 def detect(graph: Graph) -> Rolling | None:
     """The repeated runs of `graph` (see module docstring), or None when nothing repeats."""
     free = free_nodes(graph)
-    seq = [i for i in range(len(graph.nodes)) if i not in free]
+    seq = _sequence(graph, free)
     if len(seq) < MIN_BODY * MIN_WINDOWS:
         return None
     sigs = [_signature(graph, n) for n in graph.nodes]
@@ -276,6 +276,24 @@ def detect(graph: Graph) -> Rolling | None:
     return rolling
 
 
+def _sequence(graph: Graph, free: set[int]) -> list[int]:
+    """The nodes that are not free, in creation order, except that an Output follows the value it
+    marks: a graph that marks its per-layer outputs after the whole stack (a translated FX graph's
+    state outputs, luminal/torch/translate.py) still has each layer's outputs in that layer's
+    window, where facts about them (a KV cache's input/output aliasing) hold."""
+    marks: dict[int, list[int]] = {}
+    for i, n in enumerate(graph.nodes):
+        if isinstance(n.op, Output) and n.inputs[0] not in free:
+            marks.setdefault(n.inputs[0], []).append(i)
+    moved = {o for outs in marks.values() for o in outs}
+    seq = []
+    for i in range(len(graph.nodes)):
+        if i not in free and i not in moved:
+            seq.append(i)
+            seq.extend(marks.get(i, ()))
+    return seq
+
+
 def _best_run(sig: np.ndarray, lo: int, hi: int) -> tuple[int, int, int] | None:
     """(start, length, period) of the run of repeated windows covering most positions in [lo, hi)."""
     s = sig[lo:hi]
@@ -299,14 +317,17 @@ def _best_run(sig: np.ndarray, lo: int, hi: int) -> tuple[int, int, int] | None:
 
 
 def _rotation(graph: Graph, seq: list[int], start: int, length: int, period: int) -> int:
-    """The window start in [start, start + length - n*period] that carries the fewest values."""
+    """The window start in [start, start + length - n*period] that carries the fewest values (then
+    whose first window reads the fewest values from the run before it). A cut that carries two values
+    inside a layer (an attention's P*V product and the residual) and one that carries the residual
+    alone could tie on their sum: an HF llama's windows were cut inside the attention (session 9)."""
     n_win = length // period
     best, best_cost = start, None
     for s0 in range(start, start + length - n_win * period + 1):
         w0 = set(seq[s0 : s0 + period])
         earlier = set(seq[start:s0])
         carried = {u for i in seq[s0 + period : s0 + 2 * period] for u in graph.nodes[i].inputs if u in w0}
-        cost = len(carried) + sum(1 for i in w0 for u in graph.nodes[i].inputs if u in earlier)
+        cost = (len(carried), sum(1 for i in w0 for u in graph.nodes[i].inputs if u in earlier))
         if best_cost is None or cost < best_cost:
             best, best_cost = s0, cost
     return best

@@ -5,9 +5,13 @@ labels, its placeholders (`@roll.carry.r`, `@roll.ext.m`) become the node that p
 the region that owns it (the previous window's export, the outer plan's export), the outer plan's
 placeholders (`@roll.win.u`) become the window's export. Export Outputs are not emitted. Nodes are
 emitted on demand, inputs first, driven by every region's real outputs, so the result is in
-dependency order and holds only what some output needs. Nodes computed from no input at all (masks,
-position tables) are shared between instances: every instance computes the same values. No choice
-is changed: what search picked for a region is what runs in each of its windows.
+dependency order and holds only what some output needs. A node whose every input is *invariant*
+(the same value in every window: a node of the outer plan, or itself such a shared node; so also
+nodes computed from no input at all, masks and position tables) is made once and shared between
+instances, when it writes nothing in place: every instance would compute the same values. A Hugging
+Face layer casts the shared rope tables and derives the cache positions again in every layer; the
+e-graph of an unrolled graph merges those copies, and so does this. No choice is changed: what
+search picked for a region is what runs in each of its windows.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ class Unroller:
         self.outputs: dict[str, int] = {}
         self.inputs: dict[str, int] = {}
         self.memo: dict[tuple, int] = {}
-        self.pure: set[int] = set()  # final nodes computed from no input at all
+        self.invariant: set[int] = set()  # final nodes whose value is the same in every window
         self.shared: dict[tuple, int] = {}
         self.outs: dict[str, dict[str, int]] = {n: dict(p.outputs) for n, p in plans.items()}
         # per kind plan: label -> offset of the template node that Input/Output came from
@@ -134,22 +138,26 @@ class Unroller:
         op = n.op
         if isinstance(op, Input):
             label = self._label(seg, op.label)
-            if label in self.inputs:
-                return self.inputs[label]
-            self.inputs[label] = self._add(LNode(Input(label, op.dtype), (), n.dtype))
+            if label not in self.inputs:
+                self.inputs[label] = self._add(LNode(Input(label, op.dtype), (), n.dtype))
+            if seg[0] == "o":
+                self.invariant.add(self.inputs[label])
             return self.inputs[label]
         if isinstance(op, Output):
             label = self._label(seg, op.label)
             self.outputs[label] = self._add(LNode(Output(label), tuple(ins), n.dtype))
             return self.outputs[label]
         node = LNode(op, tuple(ins), n.dtype)
-        if all(j in self.pure for j in ins):  # input-free: every instance computes the same values
+        if all(j in self.invariant for j in ins) and not op.inplace and op.alias() is None and not op.also_writes():
             key = (_op_text(op), tuple(ins), n.dtype)
             if key not in self.shared:
                 self.shared[key] = self._add(node)
-                self.pure.add(self.shared[key])
+                self.invariant.add(self.shared[key])
             return self.shared[key]
-        return self._add(node)
+        out = self._add(node)
+        if seg[0] == "o":  # the outer plan runs once: its values are the same for every window
+            self.invariant.add(out)
+        return out
 
     def _add(self, node: LNode) -> int:
         self.nodes.append(node)

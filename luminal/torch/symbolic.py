@@ -19,8 +19,9 @@ from luminal.shape import expr as E
 from luminal.shape.expr import Expression
 
 
-def to_expr(x) -> Expression:
-    """An int, SymInt or sympy expression as a luminal Expression."""
+def to_expr(x, literal: Mapping[str, int] | None = None) -> Expression:
+    """An int, SymInt or sympy expression as a luminal Expression; a symbol named in `literal` is
+    that number (a dim the translation specialized: luminal/torch/translate.py)."""
     if isinstance(x, torch.SymInt):
         x = x.node.expr
     if isinstance(x, (int, sympy.Integer)) and not isinstance(x, bool):
@@ -28,18 +29,18 @@ def to_expr(x) -> Expression:
     if isinstance(x, Expression):
         return x
     if isinstance(x, sympy.Symbol):
-        return E.dim(x.name)
+        return E.expr(literal[x.name]) if literal and x.name in literal else E.dim(x.name)
     if isinstance(x, sympy.Add):
         out = E.expr(0)
         for a in x.args:
-            out = out + to_expr(a)
+            out = out + to_expr(a, literal)
         return out
     if isinstance(x, sympy.Mul):
         out = E.expr(1)
         for a in x.args:
-            out = out * to_expr(a)
+            out = out * to_expr(a, literal)
         return out
-    args = [to_expr(a) for a in x.args] if isinstance(x, sympy.Basic) else []
+    args = [to_expr(a, literal) for a in x.args] if isinstance(x, sympy.Basic) else []
     # floor-division and modulo of non-negative sizes: C truncation equals floor there
     if isinstance(x, symf.FloorDiv | symf.CleanDiv):
         return E.div(args[0], args[1])

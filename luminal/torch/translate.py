@@ -76,6 +76,28 @@ class Translation:
     state: dict[str, int] = field(default_factory=dict)  # mutated input name -> its placeholder index
 
 
+@dataclass
+class Pending:
+    """A tensor placeholder or constant not read yet: it becomes a graph input at its first read."""
+
+    make: object  # () -> GraphTensor
+
+
+class Values(dict):
+    """FX node -> its translated value. Inputs are created where an op first reads them, not with the
+    placeholders that open an FX graph: a layer's weights and cache are then made inside the layer,
+    as a model built with luminal.nn makes them, and the loop roller (luminal/egraph/roll.py) sees
+    every layer as the same window of nodes (with every input made up front, each layer read other
+    nodes from outside and no two layers were alike)."""
+
+    def __getitem__(self, node):
+        v = super().__getitem__(node)
+        if isinstance(v, Pending):
+            v = v.make()
+            self[node] = v
+        return v
+
+
 def where_from(node: torch.fx.Node) -> str:
     """The user's source line a node came from (the last frame of its stack trace)."""
     st = node.meta.get("stack_trace") or ""
@@ -110,10 +132,14 @@ class Call:
     graph: lm.Graph
     env: dict = field(default_factory=dict)  # the translated value of every earlier node
     fixed: dict = field(default_factory=dict)  # dim name -> the value a handler specialized it to
+    literal: dict = field(default_factory=dict)  # torch dims translated as numbers (see `translate`)
 
     def specialize(self, dim: Expression, value: int) -> None:
         """Build this op for `dim == value` only (a rule needs a literal): the Program then refuses
-        any other value of the dim (its range becomes [value, value])."""
+        any other value of the dim (its range becomes [value, value]). A torch dim specialized
+        here is a number in the final translation (`translate` runs again with it as a literal)."""
+        if dim.is_num and int(dim) == value:
+            return
         name = str(dim.args[0]) if dim.op == "var" else None
         if name is None or self.fixed.get(name, value) != value:
             raise CompileError(f"{self.node.target}: cannot specialize {dim} to {value}")
@@ -138,10 +164,14 @@ class Call:
     def shape(self) -> tuple[Expression, ...]:
         m = self.meta
         m = m[0] if isinstance(m, (tuple, list)) else m
-        return tuple(to_expr(d) for d in m.shape)
+        return tuple(self.expr(d) for d in m.shape)
+
+    def expr(self, x) -> Expression:
+        """A torch size (int, SymInt) as a luminal Expression, the specialized dims as numbers."""
+        return to_expr(x, self.literal)
 
     def shape_of(self, i: int) -> tuple[Expression, ...]:
-        return tuple(to_expr(d) for d in self.meta[i].shape)
+        return tuple(self.expr(d) for d in self.meta[i].shape)
 
     def arg_meta(self, i: int):
         a = self.node.args[i] if i < len(self.node.args) else None
@@ -173,7 +203,7 @@ class Call:
     def fix(self, t, dims):
         """t with its view's dims spelled as `dims` (torch's sizes for the same values; luminal's own
         symbolic slice arithmetic is correct but unsimplified, e.g. a select's min/max length)."""
-        return t.with_view(ShapeTracker(tuple(to_expr(d) for d in dims), t.view.strides))
+        return t.with_view(ShapeTracker(tuple(self.expr(d) for d in dims), t.view.strides))
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.node.target}: {why} (node {self.node.name}, at {where_from(self.node)})")
@@ -183,8 +213,9 @@ class Translator:
     """Walks one FX graph. `input_kinds[i]` says how placeholder i is bound (see InputSpec)."""
 
     def __init__(self, gm: torch.fx.GraphModule, persistent: set[int] | None = None, names: list[str] | None = None,
-                 state_outputs: dict[int, int] | None = None):  # fmt: skip
+                 state_outputs: dict[int, int] | None = None, literal: dict[str, int] | None = None):  # fmt: skip
         self.gm = gm
+        self.literal = dict(literal or {})  # torch dims translated as these numbers
         self.g = lm.Graph()
         self.names = names
         places = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -194,7 +225,7 @@ class Translator:
         self.mutated = set(self.copies.values()) | set(self.state_outputs.values())
         self.persistent = set(persistent or ()) | self.mutated
         self.state: dict[int, object] = {}  # placeholder index -> its next value (a GraphTensor)
-        self.env: dict[torch.fx.Node, object] = {}
+        self.env = Values()
         self.inputs: list[InputSpec] = []
         self.outputs: list[OutputSpec] = []
         self.used: set[str] = set()
@@ -221,31 +252,32 @@ class Translator:
                 if isinstance(e, UnsupportedOpError) or "(node " in str(e):
                     raise
                 raise type(e)(f"{e} (ATen {node.target}, node {node.name}, at {where_from(node)})") from e
+        for node in list(self.env):  # an input no op reads is still an input of the graph
+            _ = self.env[node]
         names = {}
         for i, value in self.state.items():  # state: an output named like the input is its next value
             name = self.inputs[i].name
             value.output(name)
             names[name] = i
-        ranges = {d: (v, v) for d, v in self.fixed.items()}
+        ranges = {d: (v, v) for d, v in {**self.literal, **self.fixed}.items()}
         return Translation(self.g, self.inputs, self.outputs, ranges, aten_ops=self.used, constants=self.constants,
                            state=names)  # fmt: skip
 
     # -- placeholders and constants ---------------------------------------------------------------
     def _placeholder(self, node: torch.fx.Node, i: int):
         val = _meta(node)
+        # the specs keep torch's dims (the Program solves them from the arguments and refuses a
+        # specialized dim's other values by name); the graph sees the specialized ones as numbers
         if isinstance(val, torch.SymInt):
-            e = to_expr(val)
-            self.inputs.append(InputSpec("sym", expr=e))
-            return e
+            self.inputs.append(InputSpec("sym", expr=to_expr(val)))
+            return self._expr(val)
         if isinstance(val, torch.Tensor):
             name = self.names[i] if self.names else node.name
             shape = tuple(to_expr(d) for d in val.shape)
-            t = self.g.tensor(name, shape, lm_dtype(val.dtype))
-            if i in self.persistent:
-                t.persist()
             keep = i in self.persistent
             self.inputs.append(InputSpec("tensor", name, keep, shape=shape, state=i in self.mutated, dtype=val.dtype))
-            return t
+            dims = tuple(self._expr(d) for d in val.shape)
+            return Pending(lambda: self._input(name, dims, lm_dtype(val.dtype), keep))
         self.inputs.append(InputSpec("const"))
         return val
 
@@ -255,9 +287,12 @@ class Translator:
             return val
         # a tensor constant of the graph: a persistent input the Program binds itself (not an argument)
         name = f"const.{node.target}"
-        t = self.g.tensor(name, tuple(val.shape), lm_dtype(val.dtype)).persist()
         self.constants[name] = val
-        return t
+        return Pending(lambda: self._input(name, tuple(val.shape), lm_dtype(val.dtype), True))
+
+    def _input(self, name: str, dims: tuple, dtype: DType, persistent: bool):
+        t = self.g.tensor(name, dims, dtype)
+        return t.persist() if persistent else t
 
     # -- ops ----------------------------------------------------------------------------------------
     def _value(self, a):
@@ -266,8 +301,11 @@ class Translator:
         if isinstance(a, (list, tuple)):
             return type(a)(self._value(x) for x in a)
         if isinstance(a, torch.SymInt):
-            return to_expr(a)
+            return self._expr(a)
         return a
+
+    def _expr(self, x) -> Expression:
+        return to_expr(x, self.literal)
 
     def _call(self, node: torch.fx.Node):
         target = node.target
@@ -281,21 +319,21 @@ class Translator:
             and not isinstance(val, bool)
             and not isinstance(target, torch._ops.OpOverload)
         ):
-            return to_expr(val)  # symbolic-int arithmetic (operator.mul, sym_size, ...): torch already folded it
+            return self._expr(val)  # symbolic-int arithmetic (operator.mul, sym_size, ...): torch already folded it
         name = str(target)
         if isinstance(val, torch.SymInt) and name in (
             "aten.sym_size.int",
             "aten.sym_numel.default",
             "aten.sym_stride.int",
         ):
-            return to_expr(val)
+            return self._expr(val)
         if name in registry.IGNORED:
             return None
         if node in self.copies:  # copy_(input, value): the input's next value (state), in the input's dtype
             i = self.copies[node]
             if i in self.state:
                 raise UnsupportedOpError(f"input {self.inputs[i].name!r} is mutated twice (at {where_from(node)})")
-            c = Call(node, self.g, self.env, self.fixed)
+            c = Call(node, self.g, self.env, self.fixed, self.literal)
             out = self._check(c, self.handlers["aten.copy.default"].fn(c, *self._value(tuple(node.args))), val)
             self.state[i] = out
             return out
@@ -306,7 +344,7 @@ class Translator:
                 "see docs/torch.md for the supported ops, or compile with fallback=True to run this graph eagerly"
             )
         self.used.add(name)
-        c = Call(node, self.g, self.env, self.fixed)
+        c = Call(node, self.g, self.env, self.fixed, self.literal)
         out = h.fn(c, *self._value(tuple(node.args)), **{k: self._value(v) for k, v in node.kwargs.items()})
         return self._check(c, out, val)
 
@@ -319,7 +357,7 @@ class Translator:
             return out
         if not isinstance(out, lm.GraphTensor):
             out = c.tensor(out, lm_dtype(val.dtype))
-        want = tuple(to_expr(d) for d in val.shape)
+        want = tuple(self._expr(d) for d in val.shape)
         if len(want) != out.ndim:
             raise CompileError(f"{c.node.target}: translated rank {out.ndim} {list(out.shape)} != torch's {list(want)}")
         for got, w in zip(out.shape, want, strict=True):
@@ -367,5 +405,21 @@ def translate(gm: torch.fx.GraphModule, persistent: set[int] | None = None, name
               state_outputs: dict[int, int] | None = None) -> Translation:  # fmt: skip
     """Translate `gm` (ATen ops) into a luminal Graph plus the binding specs the runtime needs.
     `persistent`: placeholder indices bound once; `state_outputs`: graph output k is the next value
-    of placeholder i (torch.export's buffer mutations; AOTAutograd's `copy_` nodes are found here)."""
-    return Translator(gm, persistent, names, state_outputs).run()
+    of placeholder i (torch.export's buffer mutations; AOTAutograd's `copy_` nodes are found here).
+
+    A torch dim a handler specialized (a static cache's capacity: cache_attention.py) is a number in
+    the graph: the walk runs again with those dims as literals. Dynamo gives each layer's cache its
+    own capacity symbol, so with the symbols left in, no two layers were the same graph and the
+    compiler could not roll them into one body (session 8: a 16-layer HF decode compiled as 16
+    distinct layers). The Program still solves the symbols from the arguments and refuses other
+    values of them by name."""
+    tr = Translator(gm, persistent, names, state_outputs).run()
+    torch_dims = {d for spec in tr.inputs for e in (*spec.shape, *((spec.expr,) if spec.expr is not None else ()))
+                  for d in e.dims()}  # fmt: skip
+    literal = {d: lo for d, (lo, hi) in tr.ranges.items() if lo == hi and d in torch_dims}
+    if not literal:
+        return tr
+    log.info("luminal: dims %s specialized; translated again with them as numbers", literal)
+    again = Translator(gm, persistent, names, state_outputs, literal).run()
+    again.ranges = {**tr.ranges, **again.ranges}
+    return again

@@ -36,7 +36,6 @@ import luminal as lm
 from luminal.nn.attention import PagedKV, attend_paged, paged_read
 from luminal.shape.expr import var, z
 from luminal.shape.tracker import ShapeTracker
-from luminal.torch.symbolic import to_expr
 
 aten = torch.ops.aten
 QUERY_ROWS = "luminal_query_rows"  # the decode step's query length as a dim fixed to 1 (see cache_attention)
@@ -239,7 +238,7 @@ def cache_attention(c, q, k, v, mask, is_causal: bool, scale):
     if not (kt.view.is_contiguous() and vt.view.is_contiguous()):  # the pool is read row-major
         return None
     for d in (_meta(kb).shape[2], _meta(vb).shape[2]):  # the pool size the rules need: a literal
-        e = to_expr(d)
+        e = c.expr(d)
         if not e.is_num:
             c.specialize(e, cap)
     g, groups = c.graph, heads // n_kv
