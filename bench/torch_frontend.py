@@ -115,8 +115,14 @@ class _Recorded(program.Program):
 TRANSLATE_S: list = []
 
 
+DUMP_FX: list = []  # [directory] when --dump-fx: each translated ATen graph's code goes there
+
+
 def _timed_translate(translate):
     def wrapped(*a, **k):
+        if DUMP_FX:
+            path = DUMP_FX[0] / f"graph{len(TRANSLATE_S)}.py"
+            path.write_text(a[0].print_readable(print_output=False, include_stride=True, include_device=True))
         t0 = time.perf_counter()
         out = translate(*a, **k)
         TRANSLATE_S.append(time.perf_counter() - t0)
@@ -190,7 +196,13 @@ def main(argv=None) -> None:
                     help="keep Dynamo's default specialize_float=False: every float the model reads (RMSNorm "
                          "eps, attention scaling) becomes a runtime input, which hides it from luminal's fusion "
                          "rules (docs/torch.md)")  # fmt: skip
+    ap.add_argument("--dump-fx", type=Path, default=None,
+                    help="write each ATen graph the luminal backend translates (its code, with shapes, strides "
+                         "and devices) into this directory: what a GPU trace really holds")  # fmt: skip
     a = ap.parse_args(argv)
+    if a.dump_fx is not None:
+        a.dump_fx.mkdir(parents=True, exist_ok=True)
+        DUMP_FX.append(a.dump_fx)
     # floats as guarded constants (both torch.compile engines alike): see docs/torch.md, "Floats"
     torch._dynamo.config.specialize_float = not a.dynamic_floats
     dynamo.Program = _Recorded  # record the backend's Programs (read-only use: counters)
