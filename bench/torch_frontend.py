@@ -196,6 +196,10 @@ def main(argv=None) -> None:
                     help="keep Dynamo's default specialize_float=False: every float the model reads (RMSNorm "
                          "eps, attention scaling) becomes a runtime input, which hides it from luminal's fusion "
                          "rules (docs/torch.md)")  # fmt: skip
+    ap.add_argument("--dynamic", action="store_true",
+                    help="torch.compile(dynamic=True) for the luminal engine; by default both engines use torch's "
+                         "default (static first, dynamic at the first new length), as the peer does: dynamic=True "
+                         "doubles Dynamo's tracing and gives each layer's cache a symbol of its own (session 9)")  # fmt: skip
     ap.add_argument("--dump-fx", type=Path, default=None,
                     help="write each ATen graph the luminal backend translates (its code, with shapes, strides "
                          "and devices) into this directory: what a GPU trace really holds")  # fmt: skip
@@ -221,7 +225,7 @@ def main(argv=None) -> None:
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     print(f"# {'tiny' if a.tiny else a.preset}, {cfg.n_layers} layers, {a.dtype}, backend {a.backend}, "
           f"device {device}, prompt {a.prompt}, new {a.new}, {versions}, "
-          f"specialize_float={torch._dynamo.config.specialize_float}")  # fmt: skip
+          f"specialize_float={torch._dynamo.config.specialize_float}, luminal dynamic={a.dynamic or None}")  # fmt: skip
 
     zoo_tpot = None
     with torch.no_grad():
@@ -240,7 +244,7 @@ def main(argv=None) -> None:
 
             # HF model through the luminal backend: one prefill graph + one decode graph
             before = lt.counters["compiles"]
-            fast = torch.compile(model, backend="luminal", dynamic=True, options={"backend": a.backend})
+            fast = torch.compile(model, backend="luminal", dynamic=a.dynamic or None, options={"backend": a.backend})
             t0 = time.perf_counter()
             decode_torch(fast, hf_cfg, prompt, 2, cache_len, device)  # compiles prefill + decode
             lum_compile = time.perf_counter() - t0

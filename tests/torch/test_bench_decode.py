@@ -1,6 +1,7 @@
 """The HF decode step at bench/torch_frontend.py's settings (issue 14), on the CPU: bf16, llama-3.2-1b's
 attention shapes (32 query / 8 kv heads, head_dim 64, llama3 RoPE, tied embeddings, eps 1e-5), a
-StaticCache of prompt + new + 8 = 104 slots, `dynamic=True`, floats specialized, the CUDA runtime
+StaticCache of prompt + new + 8 = 104 slots, `dynamic=True` (the bench's --dynamic: the harder
+case, one capacity symbol per layer), floats specialized, the CUDA runtime
 over the fake driver; a few layers and a small vocab.
 
 The decode graph's dims are the cache capacity (specialized to 104 by cache_attention.py) and the
