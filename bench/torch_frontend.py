@@ -198,8 +198,8 @@ def main(argv=None) -> None:
                          "rules (docs/torch.md)")  # fmt: skip
     ap.add_argument("--dynamic", action="store_true",
                     help="torch.compile(dynamic=True) for the luminal engine; by default both engines use torch's "
-                         "default (static first, dynamic at the first new length), as the peer does: dynamic=True "
-                         "doubles Dynamo's tracing and gives each layer's cache a symbol of its own (session 9)")  # fmt: skip
+                         "default (static first, dynamic at the first new length), as the peer does: "
+                         "dynamic=True doubles Dynamo's tracing, each layer's cache a symbol of its own")  # fmt: skip
     ap.add_argument("--dump-fx", type=Path, default=None,
                     help="write each ATen graph the luminal backend translates (its code, with shapes, strides "
                          "and devices) into this directory: what a GPU trace really holds")  # fmt: skip
