@@ -8,16 +8,20 @@ keys, instead of ~15 launches over the cache's full capacity.
 What is recognized, from the FX producers of SDPA's arguments (anything else returns None and the
 generic translation in attention.py runs):
 
-* mask: `le(J, P)` (boolean, or additive: `where(le(J, P), 0, -inf)`, or SDPA's own conversion
-  for the efficient / cuDNN kernels that a CUDA trace calls, `where(logical_not(le(J, P)), -inf,
-  zeros)` passed as their `attn_bias`), broadcast by unsqueeze / expand / full slices, with
+* mask: `le(J, P)` (boolean, or additive: `where(le(J, P), 0, -inf)`, or SDPA's own conversions
+  for the kernels that a CUDA trace calls, passed as their `attn_bias`: `where(logical_not(le(J,
+  P)), -inf, zeros)` for the efficient kernel, `where(le(J, P), 0, -65504)` for cuDNN), broadcast
+  by unsqueeze / expand / full slices, with
   J = `arange(0, capacity)` along the key axis (maybe `+ 0`) and P an integer vector of the s query
   positions along the query axis;
 * k, v: (1, n_kv, capacity, head_dim), maybe repeated to the query heads by `repeat_kv`
   (unsqueeze, expand, clone, view: peeled to the cache itself), batch 1, no causal flag.
 
 Equivalence: torch's SDPA with that mask is softmax over the keys j <= P[i] of each query; the
-paged graph computes exactly that from the same cache tensor (rows = 0 .. capacity-1). Domain (what
+paged graph computes exactly that from the same cache tensor (rows = 0 .. capacity-1). A finite
+"minus infinity" (cuDNN's -65504, any value <= -65504) is taken as -inf: its keys' weights are
+exp(score - 65504 - max), exactly 0 in f32 while the scores of one row differ by less than ~65400
+(a softmax whose logits spread that far is already one-hot). Domain (what
 the paged kernel assumes, and what a StaticCache guarantees): 0 <= P[i] < capacity, so every row
 sees key 0 and no empty-row fix-up is needed.
 
@@ -94,6 +98,20 @@ def _is_value(n, want: float) -> bool:
 
 
 _NOT = (aten.logical_not.default, aten.bitwise_not.default)
+_MASKED = -65504.0  # the largest "minus infinity" a mask may use (cuDNN's; f16's lowest finite value)
+
+
+def _is_masked(n) -> bool:
+    """n is a constant that masks a key out: -inf, or a finite value <= -65504 (module docstring)."""
+    if isinstance(n, (int, float)):
+        return float(n) <= _MASKED
+    if isinstance(n, torch.fx.Node) and n.target is aten.scalar_tensor.default:
+        return _is_masked(n.args[0])
+    if isinstance(n, torch.fx.Node) and n.target is aten.full.default:
+        return _is_masked(n.args[1])
+    if isinstance(n, torch.fx.Node) and n.target is aten.full_like.default:
+        return _is_masked(n.args[1])
+    return False
 
 
 def _mask_node(node):
@@ -138,9 +156,9 @@ def _positions(mask, s: int, cap: int):
     cond = _peel(mask)
     if isinstance(cond, torch.fx.Node) and cond.target is aten.where.self:  # additive
         keep, a, b = cond.args
-        if _is_value(a, 0.0) and _is_value(b, float("-inf")):  # where(keep, 0, -inf)
+        if _is_value(a, 0.0) and _is_masked(b):  # where(keep, 0, -inf), cuDNN's where(keep, 0, -65504)
             cond = keep
-        elif _is_value(a, float("-inf")) and _is_value(b, 0.0):  # where(~keep, -inf, 0): SDPA's own
+        elif _is_masked(a) and _is_value(b, 0.0):  # where(~keep, -inf, 0): SDPA's own
             keep = _peel(keep)
             if not (isinstance(keep, torch.fx.Node) and keep.target in _NOT):
                 return None

@@ -404,7 +404,7 @@ ROPE_CASES = {  # decode with several splits, f32 rows, bf16 tensor-core prefill
 
 
 @needs_gxx
-@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+@pytest.mark.parametrize("variant", [DecodeVariant(), DecodeVariant(tc=8, stages=2)], ids=["cuda-core", "tc"])
 def test_rope_kernels_compute_attention_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 

@@ -156,7 +156,7 @@ def test_norm_reference_is_the_unfused_chain():
 
 
 @needs_gxx
-@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+@pytest.mark.parametrize("variant", [DecodeVariant(), DecodeVariant(tc=8, stages=2)], ids=["cuda-core", "tc"])
 def test_norm_kernels_compute_attention_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 

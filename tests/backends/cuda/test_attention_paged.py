@@ -97,7 +97,7 @@ def test_every_paged_variant_compiles_for_sm90(no_cache):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run CUDA C on the CPU")
-@pytest.mark.parametrize("variant", [None, TC], ids=["default", "tc"])
+@pytest.mark.parametrize("variant", [DecodeVariant(), TC], ids=["cuda-core", "tc"])
 def test_paged_kernels_on_cpu(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 
@@ -111,7 +111,7 @@ def test_paged_kernels_on_cpu(variant, tmp_path):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", [None, TC], ids=["default", "tc"])
+@pytest.mark.parametrize("variant", [DecodeVariant(), TC], ids=["cuda-core", "tc"])
 @pytest.mark.parametrize("dt", [DType.f32, DType.f16, DType.bf16], ids=str)
 def test_paged_kernels_on_the_gpu(dt, variant):
     from luminal.backends.cuda import driver

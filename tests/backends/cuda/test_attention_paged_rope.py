@@ -48,7 +48,7 @@ def test_paged_rope_compiles_for_sm90(no_cache):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20) to run CUDA C on the CPU")
-@pytest.mark.parametrize("variant", [None, DecodeVariant(tc=8, stages=2)], ids=["default", "tc"])
+@pytest.mark.parametrize("variant", [DecodeVariant(), DecodeVariant(tc=8, stages=2)], ids=["cuda-core", "tc"])
 def test_paged_rope_kernel_on_cpu_equals_its_reference(variant, tmp_path):
     from tests.backends.cuda.attention_emu import Emulated
 

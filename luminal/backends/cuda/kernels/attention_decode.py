@@ -112,10 +112,14 @@ PREFILL_SCHEDULES = (PrefillSchedule(), PrefillSchedule(tiles=2, lpt=True), Pref
                      PrefillSchedule(tiles=2, pack=4, lpt=True, syncs=1), PrefillSchedule(pack=4, lpt=True),
                      PrefillSchedule(warps=8, lpt=True), PrefillSchedule(lpt=True),
                      PrefillSchedule(lpt=True, syncs=2), PrefillSchedule(lpt=True, syncs=1))  # fmt: skip
-DECODE = DecodeVariant()
+# the decode schedule the plans use: the tensor-core split kernel, 264 blocks per query row (2 per SM),
+# 3 ring stages; measured on the H100 (session 10, bench/attention.py --only decode --sweep, 8b heads):
+# 1.33 / 1.20 / 1.10 / 1.04x the CUDA-core kernel (DecodeVariant(tc=0)) at 1k / 4k / 16k / 32k keys,
+# the only schedule ahead at every context (tc132s4: 1.43 / 1.29x at 1k / 4k but 0.85x at 32k)
+DECODE = DecodeVariant(tc=264, stages=3)
 VARIANTS = {
     v.name: v
-    for v in (DECODE, DecodeVariant(tc=264, stages=3), DecodeVariant(prefetch=1), DecodeVariant(prefetch=2),
+    for v in (DECODE, DecodeVariant(), DecodeVariant(prefetch=1), DecodeVariant(prefetch=2),
               DecodeVariant(unroll=2),
               DecodeVariant(min_chunk=32), DecodeVariant(target_blocks=1056),
               DecodeVariant(max_rows=2, target_blocks=1056, min_blocks=5),
