@@ -129,7 +129,10 @@ class CompiledModel:
         self._bound.pop(name, None)
         ex.bind_device(name, arr.ptr, arr.nbytes)
         self._resident.add(name)
-        self._device_shapes[name] = arr.shape
+        if any(d.dims() for d in shape):  # checked against each run's dims (literal axes were checked here)
+            self._device_shapes[name] = arr.shape
+        else:  # (a decode step binds ~200 weights: re-checking their literal shapes cost ~1 ms a call)
+            self._device_shapes.pop(name, None)
 
     @property
     def binds_device(self) -> bool:
