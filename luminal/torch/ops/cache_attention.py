@@ -84,17 +84,24 @@ def _meta(n):
     return n.meta.get("val", n.meta.get("example_value")) if isinstance(n, torch.fx.Node) else None
 
 
-def _is_value(n, want: float) -> bool:
-    """n is the constant `want`: a number, a scalar tensor, or a tensor filled with it."""
+def _constant(n) -> float | None:
+    """The value of n when it is a constant: a number, a scalar tensor, or a tensor filled with it."""
     if isinstance(n, (int, float)):
-        return float(n) == want
-    if isinstance(n, torch.fx.Node) and n.target in (aten.scalar_tensor.default, aten.full.default):
-        return _is_value(n.args[0] if n.target is aten.scalar_tensor.default else n.args[1], want)
-    if isinstance(n, torch.fx.Node) and n.target is aten.full_like.default:
-        return _is_value(n.args[1], want)
-    if isinstance(n, torch.fx.Node) and n.target in (aten.zeros.default, aten.zeros_like.default):
-        return want == 0.0
-    return False
+        return float(n)
+    if not isinstance(n, torch.fx.Node):
+        return None
+    if n.target is aten.scalar_tensor.default:
+        return _constant(n.args[0])
+    if n.target in (aten.full.default, aten.full_like.default):
+        return _constant(n.args[1])
+    if n.target in (aten.zeros.default, aten.zeros_like.default):
+        return 0.0
+    return None
+
+
+def _is_value(n, want: float) -> bool:
+    """n is the constant `want`."""
+    return _constant(n) == want
 
 
 _NOT = (aten.logical_not.default, aten.bitwise_not.default)
@@ -103,15 +110,8 @@ _MASKED = -65504.0  # the largest "minus infinity" a mask may use (cuDNN's; f16'
 
 def _is_masked(n) -> bool:
     """n is a constant that masks a key out: -inf, or a finite value <= -65504 (module docstring)."""
-    if isinstance(n, (int, float)):
-        return float(n) <= _MASKED
-    if isinstance(n, torch.fx.Node) and n.target is aten.scalar_tensor.default:
-        return _is_masked(n.args[0])
-    if isinstance(n, torch.fx.Node) and n.target is aten.full.default:
-        return _is_masked(n.args[1])
-    if isinstance(n, torch.fx.Node) and n.target is aten.full_like.default:
-        return _is_masked(n.args[1])
-    return False
+    c = _constant(n)
+    return c is not None and c <= _MASKED
 
 
 def _mask_node(node):
